@@ -1,0 +1,89 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "fleet-relay",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "fleet-relay", targets: ["fleet-relay"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        // librdkafka and its mock cluster, from the system (librdkafka-dev).
+        .systemLibrary(
+            name: "CRdKafka",
+            pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        // RS256 through the system's libcrypto (libssl-dev): no second BoringSSL build.
+        .target(
+            name: "CRSAShim",
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
+        .target(name: "JSON"),
+        .target(
+            name: "Kafka",
+            dependencies: ["CRdKafka", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
+            name: "FleetAuth",
+            dependencies: ["CRSAShim", "JSON"]
+        ),
+        .target(
+            name: "FleetEngine",
+            dependencies: [
+                "JSON", "FleetAuth",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "HTTPServing",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        .target(
+            name: "FleetEngineEmulator",
+            dependencies: ["JSON", "FleetAuth", "FleetEngine", "HTTPServing"]
+        ),
+        .target(
+            name: "Relay",
+            dependencies: [
+                "JSON", "Kafka", "FleetAuth", "FleetEngine",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "FleetSimulator",
+            dependencies: ["Kafka", "FleetEngine", "JSON"]
+        ),
+        .executableTarget(
+            name: "fleet-relay",
+            dependencies: [
+                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(name: "FleetAuthTests", dependencies: ["FleetAuth", "JSON"]),
+        .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
+        .testTarget(
+            name: "RelayTests",
+            dependencies: ["Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON"],
+            resources: [.copy("Fixtures")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,277 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+public struct JSONParseError: Error, Sendable, CustomStringConvertible {
+    public let message: String
+    public let offset: Int
+    public var description: String { "\(message) at byte \(offset)" }
+}
+
+/// A strict RFC 8259 parser over UTF-8 bytes. It validates UTF-8 as it goes
+/// (invalid bytes are a parse error, never silently replaced) and bounds nesting.
+public struct JSONParser {
+    public static let maximumDepth = 64
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        let array = Array(bytes)
+        return try array.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
+            var parser = JSONParser(buffer: buffer)
+            return try parser.parseDocument()
+        }
+    }
+
+    public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
+        try parse(Array(text.utf8))
+    }
+
+    private let buffer: UnsafeBufferPointer<UInt8>
+    private var position = 0
+    private var depth = 0
+
+    private init(buffer: UnsafeBufferPointer<UInt8>) {
+        self.buffer = buffer
+    }
+
+    private mutating func parseDocument() throws(JSONParseError) -> JSONValue {
+        skipWhitespace()
+        let value = try parseValue()
+        skipWhitespace()
+        if position != buffer.count { throw error("unexpected data after the JSON value") }
+        return value
+    }
+
+    private func error(_ message: String) -> JSONParseError {
+        JSONParseError(message: message, offset: position)
+    }
+
+    private mutating func skipWhitespace() {
+        while position < buffer.count {
+            switch buffer[position] {
+            case 0x20, 0x09, 0x0A, 0x0D: position += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func parseValue() throws(JSONParseError) -> JSONValue {
+        guard position < buffer.count else { throw error("unexpected end of input") }
+        switch buffer[position] {
+        case UInt8(ascii: "{"): return try parseObject()
+        case UInt8(ascii: "["): return try parseArray()
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected character")
+        }
+    }
+
+    private mutating func expectLiteral(_ literal: StaticString) throws(JSONParseError) {
+        let count = literal.utf8CodeUnitCount
+        guard position + count <= buffer.count else { throw error("unexpected end of input") }
+        for index in 0..<count where buffer[position + index] != literal.utf8Start[index] {
+            throw error("invalid literal")
+        }
+        position += count
+    }
+
+    private mutating func enterContainer() throws(JSONParseError) {
+        depth += 1
+        if depth > Self.maximumDepth { throw error("nesting deeper than \(Self.maximumDepth)") }
+        position += 1
+        skipWhitespace()
+    }
+
+    private mutating func parseObject() throws(JSONParseError) -> JSONValue {
+        try enterContainer()
+        defer { depth -= 1 }
+        var members: [String: JSONValue] = [:]
+        if consume(UInt8(ascii: "}")) { return .object(members) }
+        while true {
+            guard position < buffer.count, buffer[position] == UInt8(ascii: "\"") else {
+                throw error("expected a string key")
+            }
+            let key = try parseString()
+            skipWhitespace()
+            guard consume(UInt8(ascii: ":")) else { throw error("expected ':'") }
+            skipWhitespace()
+            members[key] = try parseValue()
+            skipWhitespace()
+            if consume(UInt8(ascii: "}")) { return .object(members) }
+            guard consume(UInt8(ascii: ",")) else { throw error("expected ',' or '}'") }
+            skipWhitespace()
+        }
+    }
+
+    private mutating func parseArray() throws(JSONParseError) -> JSONValue {
+        try enterContainer()
+        defer { depth -= 1 }
+        var elements: [JSONValue] = []
+        if consume(UInt8(ascii: "]")) { return .array(elements) }
+        while true {
+            elements.append(try parseValue())
+            skipWhitespace()
+            if consume(UInt8(ascii: "]")) { return .array(elements) }
+            guard consume(UInt8(ascii: ",")) else { throw error("expected ',' or ']'") }
+            skipWhitespace()
+        }
+    }
+
+    private mutating func consume(_ byte: UInt8) -> Bool {
+        guard position < buffer.count, buffer[position] == byte else { return false }
+        position += 1
+        return true
+    }
+
+    // MARK: Strings
+
+    private mutating func parseString() throws(JSONParseError) -> String {
+        position += 1  // opening quote
+        let start = position
+        // Fast path: no escapes, so the string is a slice of the input.
+        while position < buffer.count {
+            let byte = buffer[position]
+            if byte == UInt8(ascii: "\"") {
+                let string = String(decoding: UnsafeBufferPointer(rebasing: buffer[start..<position]), as: UTF8.self)
+                position += 1
+                return string
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { throw error("control character in string") }
+            if byte >= 0x80 { try skipMultibyteScalar() } else { position += 1 }
+        }
+        var bytes = Array(UnsafeBufferPointer(rebasing: buffer[start..<position]))
+        while position < buffer.count {
+            let byte = buffer[position]
+            switch byte {
+            case UInt8(ascii: "\""):
+                position += 1
+                return String(decoding: bytes, as: UTF8.self)
+            case UInt8(ascii: "\\"):
+                try appendEscape(to: &bytes)
+            case 0..<0x20:
+                throw error("control character in string")
+            case 0x80...:
+                let scalarStart = position
+                try skipMultibyteScalar()
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[scalarStart..<position]))
+            default:
+                bytes.append(byte)
+                position += 1
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    private mutating func appendEscape(to bytes: inout [UInt8]) throws(JSONParseError) {
+        position += 1
+        guard position < buffer.count else { throw error("unterminated escape") }
+        let escaped = buffer[position]
+        position += 1
+        switch escaped {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): bytes.append(escaped)
+        case UInt8(ascii: "b"): bytes.append(0x08)
+        case UInt8(ascii: "f"): bytes.append(0x0C)
+        case UInt8(ascii: "n"): bytes.append(0x0A)
+        case UInt8(ascii: "r"): bytes.append(0x0D)
+        case UInt8(ascii: "t"): bytes.append(0x09)
+        case UInt8(ascii: "u"):
+            var scalar = try parseHex4()
+            if (0xD800...0xDBFF).contains(scalar) {
+                guard consume(UInt8(ascii: "\\")), consume(UInt8(ascii: "u")) else {
+                    throw error("unpaired surrogate")
+                }
+                let low = try parseHex4()
+                guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate") }
+                scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+            } else if (0xDC00...0xDFFF).contains(scalar) {
+                throw error("unpaired surrogate")
+            }
+            bytes.append(contentsOf: String(Character(Unicode.Scalar(scalar)!)).utf8)
+        default:
+            throw error("invalid escape")
+        }
+    }
+
+    private mutating func parseHex4() throws(JSONParseError) -> UInt32 {
+        guard position + 4 <= buffer.count else { throw error("truncated \\u escape") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = buffer[position]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: throw error("invalid \\u escape")
+            }
+            value = value << 4 | UInt32(digit)
+            position += 1
+        }
+        return value
+    }
+
+    /// Validates one multi-byte UTF-8 sequence (RFC 3629: no overlongs, no surrogates).
+    private mutating func skipMultibyteScalar() throws(JSONParseError) {
+        let lead = buffer[position]
+        let length: Int
+        var lowerBound: UInt8 = 0x80
+        var upperBound: UInt8 = 0xBF
+        switch lead {
+        case 0xC2...0xDF: length = 2
+        case 0xE0: length = 3; lowerBound = 0xA0
+        case 0xE1...0xEC, 0xEE...0xEF: length = 3
+        case 0xED: length = 3; upperBound = 0x9F
+        case 0xF0: length = 4; lowerBound = 0x90
+        case 0xF1...0xF3: length = 4
+        case 0xF4: length = 4; upperBound = 0x8F
+        default: throw error("invalid UTF-8")
+        }
+        guard position + length <= buffer.count else { throw error("truncated UTF-8") }
+        let second = buffer[position + 1]
+        guard second >= lowerBound, second <= upperBound else { throw error("invalid UTF-8") }
+        for index in 2..<max(length, 2) where buffer[position + index] & 0xC0 != 0x80 {
+            throw error("invalid UTF-8")
+        }
+        position += length
+    }
+
+    // MARK: Numbers
+
+    private mutating func parseNumber() throws(JSONParseError) -> Double {
+        let start = position
+        _ = consume(UInt8(ascii: "-"))
+        if consume(UInt8(ascii: "0")) {
+            // A leading zero stands alone.
+        } else if !consumeDigits() {
+            throw error("invalid number")
+        }
+        if consume(UInt8(ascii: ".")), !consumeDigits() { throw error("invalid number") }
+        if consume(UInt8(ascii: "e")) || consume(UInt8(ascii: "E")) {
+            if !consume(UInt8(ascii: "+")) { _ = consume(UInt8(ascii: "-")) }
+            if !consumeDigits() { throw error("invalid number") }
+        }
+        return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
+    }
+
+    private mutating func consumeDigits() -> Bool {
+        let start = position
+        while position < buffer.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(buffer[position]) {
+            position += 1
+        }
+        return position > start
+    }
+
+    /// The token is already validated JSON number syntax, which strtod accepts whole.
+    private static func double(from token: UnsafeBufferPointer<UInt8>) -> Double {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: token.count + 1) { cString in
+            for (index, byte) in token.enumerated() { cString[index] = CChar(bitPattern: byte) }
+            cString[token.count] = 0
+            return strtod(cString.baseAddress!, nil)
+        }
+    }
+}
