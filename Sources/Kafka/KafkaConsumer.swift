@@ -1,0 +1,326 @@
+import CRdKafka
+import Foundation
+import Logging
+import Synchronization
+
+/// A partition assignment change, delivered synchronously on the poll thread
+/// before librdkafka applies it: a revoke handler that commits finished
+/// offsets does so before the partitions can move to another member.
+public enum RebalanceEvent: Sendable {
+    case assigned([TopicPartition], generation: UInt64)
+    /// `lost` is true when the partitions were taken away (session timeout):
+    /// committing for them would be rejected and must not be attempted.
+    case revoked([TopicPartition], lost: Bool)
+}
+
+/// A consumer-group member over librdkafka. Auto-commit is off: offsets are
+/// committed only through `commit(_:)`, by whoever knows the records are done.
+///
+/// Threading: librdkafka is polled on a dedicated thread that delivers records
+/// in chunks through `records`; rebalance callbacks run on that thread too.
+/// `commit`, `pause`/`resume` and queries may be called from any task.
+public final class KafkaConsumer: Sendable {
+    /// Called on the poll thread; for a revoke it returns the offsets to commit
+    /// before the partitions are given up (ignored when they were lost).
+    public typealias RebalanceHandler = @Sendable (RebalanceEvent) -> [TopicPartitionOffset]
+
+    /// Chunks of records in partition order. Ends when the consumer is closed.
+    public let records: AsyncStream<[KafkaRecord]>
+
+    private let handle: RDKafkaHandle
+    private let context: ConsumerContext
+    private let control: Mutex<Control>
+    private let blockingQueue = DispatchQueue(label: "fleet-relay.kafka.consumer.blocking")
+    private let logger: Logger
+
+    private struct Control {
+        var wantsPause = false
+        var stopRequested = false
+        var stopped: [CheckedContinuation<Void, Never>] = []
+        var hasStopped = false
+    }
+
+    public static let defaultProperties: [String: String] = [
+        "enable.auto.commit": "false",
+        "enable.auto.offset.store": "false",
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": "false",
+    ]
+
+    /// - Parameters:
+    ///   - configuration: librdkafka properties; must include `bootstrap.servers` and `group.id`.
+    ///     `enable.auto.commit` is always forced off.
+    public init(
+        configuration: KafkaConfiguration,
+        topics: [String],
+        logger: Logger,
+        rebalanceHandler: @escaping RebalanceHandler = { _ in [] },
+        committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void = { _ in }
+    ) throws(KafkaError) {
+        guard configuration["group.id"] != nil else {
+            throw KafkaError(.configuration, "a consumer needs a group id")
+        }
+        var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
+        properties["enable.auto.commit"] = "false"
+        let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
+
+        var continuation: AsyncStream<[KafkaRecord]>.Continuation!
+        self.records = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
+        let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
+                                      committedOnRevoke: committedOnRevoke)
+        context.attach(to: conf)
+        rd_kafka_conf_set_rebalance_cb(conf) { handle, code, partitions, _ in
+            guard let handle, let partitions,
+                let context = RDKafkaClientContext.from(handle) as? ConsumerContext
+            else { return }
+            context.rebalance(handle: handle, code: code, partitions: partitions)
+        }
+        let pointer = try RDKafkaConfig.makeClient(type: RD_KAFKA_CONSUMER, conf: conf)
+        self.handle = RDKafkaHandle(pointer: pointer)
+        self.context = context
+        self.control = Mutex(Control())
+        self.logger = logger
+
+        rd_kafka_poll_set_consumer(pointer)
+        let subscription = rd_kafka_topic_partition_list_new(Int32(topics.count))!
+        defer { rd_kafka_topic_partition_list_destroy(subscription) }
+        for topic in topics {
+            rd_kafka_topic_partition_list_add(subscription, topic, RD_KAFKA_PARTITION_UA)
+        }
+        let result = rd_kafka_subscribe(pointer, subscription)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            rd_kafka_destroy(pointer)
+            throw KafkaError(.client, "cannot subscribe to \(topics): \(RDKafkaConfig.errorName(result))")
+        }
+        let thread = Thread { [self] in self.pollLoop() }
+        thread.name = "kafka-consumer-poll"
+        thread.start()
+    }
+
+    /// Stops fetching new records for every assigned partition (and for partitions
+    /// assigned later) until `resume()`. Records already delivered are unaffected;
+    /// fetching restarts at the position after the last delivered record.
+    public func pause() { control.withLock { $0.wantsPause = true } }
+
+    public func resume() { control.withLock { $0.wantsPause = false } }
+
+    public var isPaused: Bool { context.isPaused.load(ordering: .relaxed) }
+
+    /// Seconds since the poll loop last came round; a large value means it is stuck.
+    public var secondsSinceLastPoll: Double {
+        let last = context.lastPollUptimeNanoseconds.load(ordering: .relaxed)
+        return Double(DispatchTime.now().uptimeNanoseconds &- last) / 1e9
+    }
+
+    /// Synchronously commits the given offsets (each the next offset to consume).
+    /// Safe to call from a rebalance handler.
+    public func commitSync(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_commit(handle.pointer, list, 0)
+        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
+            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))")
+        }
+        if let failure = RDKafkaTopicPartitionList.firstError(list) {
+            throw KafkaError(.commit, "commit failed for \(failure)")
+        }
+    }
+
+    /// Commits without blocking a Swift concurrency thread.
+    public func commit(_ offsets: [TopicPartitionOffset]) async throws {
+        try await onBlockingQueue { () throws(KafkaError) in try self.commitSync(offsets) }
+    }
+
+    /// The group's committed offsets for the given partitions (-1001 when none).
+    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartitionOffset] {
+        try await onBlockingQueue { () throws(KafkaError) in
+            try RDKafkaQueries.committed(self.handle.pointer, partitions, timeout: timeout)
+        }
+    }
+
+    /// Low and high watermarks of a partition as the broker reports them.
+    public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
+        try await onBlockingQueue { () throws(KafkaError) in
+            try RDKafkaQueries.watermarks(self.handle.pointer, partition, timeout: timeout)
+        }
+    }
+
+    /// Leaves the group (running the revoke handler for the current assignment)
+    /// and releases librdkafka. `records` finishes. Idempotent.
+    public func close() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let alreadyStopped = control.withLock { control in
+                control.stopRequested = true
+                if control.hasStopped { return true }
+                control.stopped.append(continuation)
+                return false
+            }
+            if alreadyStopped { continuation.resume() }
+        }
+    }
+
+    private func onBlockingQueue<T: Sendable>(_ work: @escaping @Sendable () throws(KafkaError) -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            blockingQueue.async {
+                do throws(KafkaError) {
+                    continuation.resume(returning: try work())
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    // MARK: Poll thread
+
+    private func pollLoop() {
+        var appliedPause = false
+        while !control.withLock({ $0.stopRequested }) {
+            context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+            let wantsPause = control.withLock { $0.wantsPause }
+            if context.assignmentChanged { appliedPause = false; context.assignmentChanged = false }
+            if wantsPause != appliedPause {
+                applyPause(wantsPause)
+                appliedPause = wantsPause
+            }
+            let chunk = pollChunk(maximum: 1000, timeoutMilliseconds: 100)
+            if !chunk.isEmpty { context.continuation.yield(chunk) }
+        }
+        logger.info("Kafka consumer leaving its group")
+        rd_kafka_consumer_close(handle.pointer)
+        rd_kafka_destroy(handle.pointer)
+        context.continuation.finish()
+        let waiters = control.withLock { control in
+            control.hasStopped = true
+            defer { control.stopped = [] }
+            return control.stopped
+        }
+        waiters.forEach { $0.resume() }
+    }
+
+    private func applyPause(_ pause: Bool) {
+        var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(handle.pointer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let assignment else { return }
+        defer { rd_kafka_topic_partition_list_destroy(assignment) }
+        if pause {
+            rd_kafka_pause_partitions(handle.pointer, assignment)
+        } else {
+            rd_kafka_resume_partitions(handle.pointer, assignment)
+        }
+        context.isPaused.store(pause, ordering: .relaxed)
+        logger.debug("Kafka consumer \(pause ? "paused" : "resumed") \(assignment.pointee.cnt) partitions")
+    }
+
+    private func pollChunk(maximum: Int, timeoutMilliseconds: Int32) -> [KafkaRecord] {
+        var chunk: [KafkaRecord] = []
+        var timeout = timeoutMilliseconds
+        while chunk.count < maximum, let message = rd_kafka_consumer_poll(handle.pointer, timeout) {
+            defer { rd_kafka_message_destroy(message) }
+            timeout = 0
+            if let record = context.record(from: message.pointee) { chunk.append(record) }
+        }
+        return chunk
+    }
+}
+
+/// The consumer's callback state. Every member but `logger` and the atomics is
+/// touched only on the poll thread.
+final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
+    let continuation: AsyncStream<[KafkaRecord]>.Continuation
+    let rebalanceHandler: KafkaConsumer.RebalanceHandler
+    let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
+    let isPaused = Atomic<Bool>(false)
+    let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
+    var assignmentChanged = false
+    private var nextGeneration: UInt64 = 1
+    private var generations: [TopicPartition: UInt64] = [:]
+    private var topicNames: [OpaquePointer: String] = [:]
+
+    init(logger: Logger, continuation: AsyncStream<[KafkaRecord]>.Continuation,
+         rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
+         committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void) {
+        self.continuation = continuation
+        self.rebalanceHandler = rebalanceHandler
+        self.committedOnRevoke = committedOnRevoke
+        super.init(logger: logger)
+    }
+
+    func record(from message: rd_kafka_message_t) -> KafkaRecord? {
+        guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            if message.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                logger.warning("Kafka consume error: \(RDKafkaConfig.errorName(message.err))")
+            }
+            return nil
+        }
+        let topic = topicName(message.rkt)
+        let key: [UInt8]? = message.key.map {
+            Array(UnsafeRawBufferPointer(start: $0, count: message.key_len))
+        }
+        let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        var copy = message
+        let timestamp = rd_kafka_message_timestamp(&copy, &timestampType)
+        let partition = TopicPartition(topic: topic, partition: message.partition)
+        return KafkaRecord(
+            topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
+            timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
+            assignmentGeneration: generations[partition] ?? 0
+        )
+    }
+
+    private func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset]) {
+        guard !offsets.isEmpty else { return }
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_commit(handle, list, 0)
+        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("Commit before revoke failed (\(RDKafkaConfig.errorName(result))); the next owner re-reads from the previous commit")
+        } else {
+            committedOnRevoke(offsets)
+        }
+    }
+
+    private func topicName(_ topic: OpaquePointer?) -> String {
+        guard let topic else { return "" }
+        if let name = topicNames[topic] { return name }
+        let name = String(cString: rd_kafka_topic_name(topic))
+        topicNames[topic] = name
+        return name
+    }
+
+    func rebalance(handle: OpaquePointer, code: rd_kafka_resp_err_t,
+                   partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+        let changed = RDKafkaTopicPartitionList.entries(partitions).map(\.topicPartition)
+        assignmentChanged = true
+        switch code {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            let generation = nextGeneration
+            nextGeneration += 1
+            for partition in changed { generations[partition] = generation }
+            logger.info("Kafka partitions assigned: \(changed.map(\.description).joined(separator: ", "))")
+            _ = rebalanceHandler(.assigned(changed, generation: generation))
+            let error = cooperative
+                ? rd_kafka_incremental_assign(handle, partitions).map { rd_kafka_error_destroy($0) } != nil
+                : rd_kafka_assign(handle, partitions) != RD_KAFKA_RESP_ERR_NO_ERROR
+            if error { logger.error("Kafka assign failed for \(changed)") }
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(handle) != 0
+            logger.info("Kafka partitions \(lost ? "lost" : "revoked"): \(changed.map(\.description).joined(separator: ", "))")
+            let finalOffsets = rebalanceHandler(.revoked(changed, lost: lost))
+            if !lost { commitBeforeRevoke(handle, finalOffsets) }
+            for partition in changed { generations[partition] = nil }
+            if cooperative {
+                if let error = rd_kafka_incremental_unassign(handle, partitions) { rd_kafka_error_destroy(error) }
+            } else {
+                rd_kafka_assign(handle, nil)
+            }
+        default:
+            logger.error("Kafka rebalance error: \(RDKafkaConfig.errorName(code))")
+            _ = rebalanceHandler(.revoked(changed, lost: true))
+            generations = [:]
+            rd_kafka_assign(handle, nil)
+        }
+    }
+}
