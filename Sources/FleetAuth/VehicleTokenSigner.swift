@@ -1,0 +1,38 @@
+/// A JWT for one vehicle and when it stops being valid.
+public struct VehicleToken: Sendable {
+    public let token: String
+    /// Expiry in seconds since the epoch (the token's `exp`).
+    public let expiresAt: Int64
+
+    public init(token: String, expiresAt: Int64) {
+        self.token = token
+        self.expiresAt = expiresAt
+    }
+}
+
+extension VehicleToken: CustomStringConvertible {
+    /// Never the token itself: descriptions end up in logs.
+    public var description: String { "VehicleToken(expiresAt: \(expiresAt))" }
+}
+
+/// Where vehicle tokens come from: a local key, a token service, or IAM signJwt.
+public protocol VehicleTokenSigner: Sendable {
+    /// A short name for logs and metrics labels (`local`, `token-service`, `iam`).
+    var name: String { get }
+    func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken
+}
+
+/// The current time in whole seconds since the epoch; injectable for tests.
+public typealias EpochClock = @Sendable () -> Int64
+
+public let systemEpochClock: EpochClock = {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec)
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
