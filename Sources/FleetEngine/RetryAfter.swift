@@ -1,0 +1,19 @@
+import Foundation
+
+/// The `Retry-After` header: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
+public enum RetryAfter {
+    public static func seconds(from header: String?, now: Date = Date()) -> Double? {
+        guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
+        if let seconds = Double(header), seconds.isFinite, seconds >= 0 { return seconds }
+        guard let date = httpDateFormatter.date(from: header) else { return nil }
+        return max(0, date.timeIntervalSince(now))
+    }
+
+    private static var httpDateFormatter: DateFormatter {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter
+    }
+}

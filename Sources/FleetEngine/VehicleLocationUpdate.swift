@@ -1,0 +1,90 @@
+import FleetAuth
+import JSON
+
+/// Which `VehicleLocation` fields carry the fix (contract: fleet-engine.md).
+public enum LocationMode: String, Sendable, CaseIterable {
+    /// `supplementalLocation*`: the documented path for locations relayed by a backend.
+    case supplemental
+    /// `location`, `updateTime`, `locationSensor`: the event is the device's own fix.
+    case device
+}
+
+/// One update request: a vehicle's newest fix and, oldest first, older fixes coalesced into it.
+public struct VehicleLocationUpdate: Sendable {
+    public let vehicle: VehicleIdentity
+    public let lastLocation: LocationFix
+    public let pastLocations: [LocationFix]
+
+    public init(vehicle: VehicleIdentity, lastLocation: LocationFix, pastLocations: [LocationFix] = []) {
+        self.vehicle = vehicle
+        self.lastLocation = lastLocation
+        self.pastLocations = pastLocations
+    }
+}
+
+/// The HTTP request for an update, independent of any HTTP client.
+public struct FleetEngineRequest: Sendable {
+    public let method: String
+    /// Path and query, e.g. `/v1/providers/p/vehicles/v1?updateMask=last_location`.
+    public let pathAndQuery: String
+    public let body: String
+
+    public init(update: VehicleLocationUpdate, provider: String, mode: LocationMode) {
+        let mask = update.pastLocations.isEmpty ? "last_location" : "last_location,past_locations"
+        self.method = update.vehicle.kind == .vehicle ? "PUT" : "PATCH"
+        self.pathAndQuery = Self.vehiclePath(provider: provider, vehicle: update.vehicle) + "?updateMask=" + mask
+        var body = JSONObjectWriter()
+        body.add("lastLocation", Self.location(update.lastLocation, mode: mode))
+        if !update.pastLocations.isEmpty {
+            body.add("pastLocations", update.pastLocations.map { Self.location($0, mode: mode) })
+        }
+        self.body = body.json
+    }
+
+    /// `/v1/providers/{provider}/vehicles/{id}` or `…/deliveryVehicles/{id}`, each segment percent-encoded.
+    public static func vehiclePath(provider: String, vehicle: VehicleIdentity) -> String {
+        let collection = vehicle.kind == .vehicle ? "vehicles" : "deliveryVehicles"
+        return "/v1/providers/\(percentEncodedSegment(provider))/\(collection)/\(percentEncodedSegment(vehicle.id))"
+    }
+
+    static func location(_ fix: LocationFix, mode: LocationMode) -> JSONObjectWriter {
+        var latLng = JSONObjectWriter()
+        latLng.add("latitude", fix.latitude)
+        latLng.add("longitude", fix.longitude)
+        var location = JSONObjectWriter()
+        let time = RFC3339.format(milliseconds: fix.recordedAtMilliseconds)
+        switch mode {
+        case .supplemental:
+            location.add("supplementalLocation", latLng)
+            location.add("supplementalLocationTime", time)
+            location.add("supplementalLocationSensor", (fix.sensor ?? .customerSupplied).fleetEngineName)
+            if let accuracy = fix.accuracyMeters { location.add("supplementalLocationAccuracy", accuracy) }
+        case .device:
+            location.add("location", latLng)
+            location.add("updateTime", time)
+            if let sensor = fix.sensor { location.add("locationSensor", sensor.fleetEngineName) }
+            if let accuracy = fix.accuracyMeters { location.add("latlngAccuracy", accuracy) }
+        }
+        if let heading = fix.heading { location.add("heading", heading) }
+        if let speed = fix.speedMetersPerSecond { location.add("speed", speed) }
+        if let altitude = fix.altitudeMeters { location.add("altitude", altitude) }
+        return location
+    }
+
+    /// RFC 3986 path-segment encoding: everything but unreserved characters is escaped.
+    public static func percentEncodedSegment(_ segment: String) -> String {
+        var encoded = ""
+        for byte in segment.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                UInt8(ascii: "_"), UInt8(ascii: "~"):
+                encoded.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = String(byte, radix: 16, uppercase: true)
+                encoded += "%" + (hex.count == 1 ? "0" + hex : hex)
+            }
+        }
+        return encoded
+    }
+}
