@@ -1,0 +1,210 @@
+import FleetAuth
+import FleetEngine
+import HTTPServing
+import JSON
+import Synchronization
+
+/// A Fleet Engine stand-in for tests, demos and local development. It serves
+/// the two update endpoints and the two vehicle `GET`s, checks every token
+/// exactly as jwt.md says, validates bodies, and keeps each vehicle's state.
+///
+/// Threading: all methods may be called from any task; state is behind a mutex.
+public final class FleetEngineEmulator: Sendable {
+    /// A vehicle as the emulator holds it.
+    public struct Vehicle: Sendable {
+        public var lastLocation: JSONValue
+        /// Time of `lastLocation`, milliseconds since the epoch.
+        public var locationTimeMilliseconds: Int64
+        public var updates = 0
+        public var pastLocationsReceived = 0
+        /// Accepted updates whose `lastLocation` was older than the one held: a relay bug.
+        public var backwardsUpdates = 0
+    }
+
+    /// Counters over every request served.
+    public struct Statistics: Sendable {
+        public var requests = 0
+        public var responsesByStatus: [Int: Int] = [:]
+        public var locationsReceived = 0
+    }
+
+    /// A fault to answer instead of processing, for retry tests.
+    public struct InjectedFault: Sendable {
+        public var status: Int
+        public var retryAfter: String?
+        public init(status: Int, retryAfter: String? = nil) {
+            self.status = status
+            self.retryAfter = retryAfter
+        }
+    }
+
+    private struct State {
+        var vehicles: [VehicleIdentity: Vehicle] = [:]
+        var statistics = Statistics()
+        var faults: [InjectedFault] = []
+    }
+
+    public let provider: String
+    public let requireExistingVehicles: Bool
+    private let verifier: TokenVerifier
+    private let state = Mutex(State())
+    private let server = Mutex<HTTPServer?>(nil)
+
+    /// - Parameters:
+    ///   - key: the service account whose tokens are accepted (its public half verifies them).
+    ///   - requireExistingVehicles: answer 404 for vehicles not created with `createVehicle`,
+    ///     as Fleet Engine does; off by default so demos need no provisioning step.
+    public init(key: ServiceAccountKey, provider: String, requireExistingVehicles: Bool = false,
+                clock: @escaping EpochClock = systemEpochClock) {
+        self.provider = provider
+        self.requireExistingVehicles = requireExistingVehicles
+        self.verifier = TokenVerifier(publicKey: key.privateKey, keyId: key.privateKeyId,
+                                      serviceAccount: key.clientEmail, clock: clock)
+    }
+
+    /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
+    @discardableResult
+    public func start(host: String = "127.0.0.1", port: Int = 0) async throws -> String {
+        let server = try await HTTPServer.start(host: host, port: port) { [self] request in
+            self.handle(request)
+        }
+        self.server.withLock { $0 = server }
+        return server.baseURL
+    }
+
+    public var baseURL: String? { server.withLock { $0?.baseURL } }
+
+    public func shutdown() async {
+        let server = self.server.withLock { server in
+            defer { server = nil }
+            return server
+        }
+        await server?.shutdown()
+    }
+
+    // MARK: Inspection and control
+
+    public func vehicle(_ identity: VehicleIdentity) -> Vehicle? { state.withLock { $0.vehicles[identity] } }
+
+    public var vehicles: [VehicleIdentity: Vehicle] { state.withLock { $0.vehicles } }
+
+    public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Registers a vehicle so that updates to it succeed when `requireExistingVehicles` is on.
+    public func createVehicle(_ identity: VehicleIdentity) {
+        state.withLock { state in
+            if state.vehicles[identity] == nil {
+                state.vehicles[identity] = Vehicle(lastLocation: .null, locationTimeMilliseconds: .min)
+            }
+        }
+    }
+
+    /// The next `count` update requests are answered with `fault` instead of being processed.
+    public func injectFaults(_ fault: InjectedFault, count: Int) {
+        state.withLock { $0.faults += Array(repeating: fault, count: count) }
+    }
+
+    // MARK: Serving
+
+    func handle(_ request: HTTPRequest) -> HTTPResponse {
+        let response = route(request)
+        state.withLock { state in
+            state.statistics.requests += 1
+            state.statistics.responsesByStatus[response.status, default: 0] += 1
+        }
+        return response
+    }
+
+    private func route(_ request: HTTPRequest) -> HTTPResponse {
+        let segments = request.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // ["", "v1", "providers", provider, collection, id]
+        guard segments.count == 6, segments[0].isEmpty, segments[1] == "v1", segments[2] == "providers",
+            let kind = Self.kind(collection: segments[4]), let id = segments[5].removingPercentEncoding, !id.isEmpty
+        else { return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)") }
+        let vehicle = VehicleIdentity(kind: kind, id: id)
+        let expectedMethod = kind == .vehicle ? "PUT" : "PATCH"
+        guard request.method == "GET" || request.method == expectedMethod else {
+            return Self.error(405, "METHOD_NOT_ALLOWED", "\(request.method) is not supported on \(segments[4]).")
+        }
+        switch verifier.verify(authorizationHeader: request.header("Authorization"), vehicle: vehicle) {
+        case .unauthenticated(let message)?: return Self.error(401, "UNAUTHENTICATED", message)
+        case .permissionDenied(let message)?: return Self.error(403, "PERMISSION_DENIED", message)
+        case nil: break
+        }
+        guard segments[3].removingPercentEncoding == provider else {
+            return Self.error(403, "PERMISSION_DENIED", "Provider \(segments[3]) is not this project.")
+        }
+        return request.method == "GET" ? get(vehicle) : update(vehicle, request)
+    }
+
+    private func get(_ vehicle: VehicleIdentity) -> HTTPResponse {
+        guard let stored = state.withLock({ $0.vehicles[vehicle] }) else {
+            return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.")
+        }
+        return .json(200, representation(vehicle, stored))
+    }
+
+    private func update(_ vehicle: VehicleIdentity, _ request: HTTPRequest) -> HTTPResponse {
+        if let fault = state.withLock({ $0.faults.isEmpty ? nil : $0.faults.removeFirst() }) {
+            return Self.error(fault.status, "UNAVAILABLE", "Injected fault.",
+                              headers: fault.retryAfter.map { [("Retry-After", $0)] } ?? [])
+        }
+        let valid: UpdateBodyValidator.ValidUpdate
+        do {
+            valid = try UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])
+        } catch {
+            return Self.error(400, "INVALID_ARGUMENT", error.message)
+        }
+        let stored: Vehicle? = state.withLock { state in
+            if requireExistingVehicles, state.vehicles[vehicle] == nil { return nil }
+            var current = state.vehicles[vehicle] ?? Vehicle(lastLocation: .null, locationTimeMilliseconds: .min)
+            if valid.locationTimeMilliseconds < current.locationTimeMilliseconds { current.backwardsUpdates += 1 }
+            current.lastLocation = valid.lastLocation
+            current.locationTimeMilliseconds = valid.locationTimeMilliseconds
+            current.updates += 1
+            current.pastLocationsReceived += valid.pastLocationCount
+            state.vehicles[vehicle] = current
+            state.statistics.locationsReceived += 1 + valid.pastLocationCount
+            return current
+        }
+        guard let stored else { return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.") }
+        return .json(200, representation(vehicle, stored))
+    }
+
+    private func representation(_ vehicle: VehicleIdentity, _ stored: Vehicle) -> String {
+        var body = JSONObjectWriter()
+        let collection = vehicle.kind == .vehicle ? "vehicles" : "deliveryVehicles"
+        body.add("name", "providers/\(provider)/\(collection)/\(vehicle.id)")
+        if stored.lastLocation != .null { body.addRaw("lastLocation", stored.lastLocation.serialized()) }
+        return body.json
+    }
+
+    private static func kind(collection: String) -> VehicleKind? {
+        switch collection {
+        case "vehicles": .vehicle
+        case "deliveryVehicles": .deliveryVehicle
+        default: nil
+        }
+    }
+
+    private static func error(_ code: Int, _ status: String, _ message: String,
+                              headers: [(name: String, value: String)] = []) -> HTTPResponse {
+        .json(code, GoogleAPIError.body(code: code, status: status, message: message), headers: headers)
+    }
+}
+
+extension String {
+    /// Decodes `%XX` escapes; nil when an escape is malformed or the result is not UTF-8.
+    var removingPercentEncoding: String? {
+        var bytes: [UInt8] = []
+        var iterator = utf8.makeIterator()
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else { bytes.append(byte); continue }
+            guard let high = iterator.next(), let low = iterator.next(),
+                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+            else { return nil }
+            bytes.append(value)
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+}
