@@ -1,0 +1,60 @@
+import Kafka
+import FleetEngine
+
+/// Produces a simulated fleet's events to a Kafka topic at a steady rate,
+/// keyed by vehicle id, round-robin over the vehicles.
+public struct FleetFeeder: Sendable {
+    public let topic: String
+    public let vehicles: Int
+    /// Events per second over the whole fleet.
+    public let rate: Double
+    /// Share of events replaced by malformed ones (0 for none).
+    public let malformedShare: Double
+
+    public init(topic: String, vehicles: Int, rate: Double, malformedShare: Double = 0) {
+        self.topic = topic
+        self.vehicles = vehicles
+        self.rate = rate
+        self.malformedShare = malformedShare
+    }
+
+    /// Feeds until `duration` elapses (forever when nil) or the task is cancelled.
+    /// Returns the number of events produced.
+    @discardableResult
+    public func run(producer: KafkaProducer, duration: Duration? = nil,
+                    clock: @Sendable () -> Int64 = { FleetFeeder.nowMilliseconds() }) async throws -> Int {
+        var fleet = SimulatedFleet(count: vehicles)
+        let start = ContinuousClock.now
+        let tick = Duration.milliseconds(100)
+        var produced = 0
+        var next = 0
+        while !Task.isCancelled {
+            let elapsed = ContinuousClock.now - start
+            if let duration, elapsed >= duration { break }
+            let due = Int(rate * (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18 + 0.1))
+            while produced < due {
+                let index = next % vehicles
+                next += 1
+                let value = fleet.chance(malformedShare)
+                    ? fleet.malformedEvent(vehicle: index)
+                    : fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock())
+                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(value.utf8))
+                produced += 1
+            }
+            try? await Task.sleep(for: tick)
+        }
+        return produced
+    }
+
+    public static func nowMilliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

@@ -1,0 +1,99 @@
+import FleetEngine
+import JSON
+
+/// Vehicles driving plausible paths around a city centre: each keeps a speed
+/// and a heading that drifts a little every step. Deterministic for a seed.
+public struct SimulatedFleet: Sendable {
+    public struct Vehicle: Sendable {
+        public let id: String
+        public var latitude: Double
+        public var longitude: Double
+        public var heading: Double
+        public var speed: Double
+    }
+
+    public private(set) var vehicles: [Vehicle]
+    private var random: SplitMix64
+
+    public init(count: Int, centerLatitude: Double = 37.7749, centerLongitude: Double = -122.4194,
+                idPrefix: String = "veh-", seed: UInt64 = 42) {
+        var random = SplitMix64(seed: seed)
+        self.vehicles = (0..<count).map { index in
+            Vehicle(id: idPrefix + Self.padded(index + 1, width: 5),
+                    latitude: centerLatitude + random.uniform(-0.08, 0.08),
+                    longitude: centerLongitude + random.uniform(-0.1, 0.1),
+                    heading: random.uniform(0, 360), speed: random.uniform(3, 18))
+        }
+        self.random = random
+    }
+
+    /// Moves vehicle `index` forward by `seconds` and returns its event JSON.
+    public mutating func nextEvent(vehicle index: Int, seconds: Double, recordedAtMilliseconds: Int64) -> String {
+        var vehicle = vehicles[index]
+        vehicle.heading = (vehicle.heading + random.uniform(-12, 12) + 360).truncatingRemainder(dividingBy: 360)
+        vehicle.speed = min(25, max(0, vehicle.speed + random.uniform(-1, 1)))
+        let metres = vehicle.speed * seconds
+        let radians = vehicle.heading * .pi / 180
+        vehicle.latitude = min(89, max(-89, vehicle.latitude + metres * cos(radians) / 111_320))
+        let metresPerDegreeLongitude = 111_320 * cos(vehicle.latitude * .pi / 180)
+        vehicle.longitude += metres * sin(radians) / metresPerDegreeLongitude
+        if vehicle.longitude > 180 { vehicle.longitude -= 360 }
+        if vehicle.longitude < -180 { vehicle.longitude += 360 }
+        vehicles[index] = vehicle
+
+        var event = JSONObjectWriter()
+        event.add("vehicle_id", vehicle.id)
+        event.add("lat", (vehicle.latitude * 1e6).rounded() / 1e6)
+        event.add("lng", (vehicle.longitude * 1e6).rounded() / 1e6)
+        event.add("recorded_at", RFC3339.format(milliseconds: recordedAtMilliseconds))
+        event.add("heading", (vehicle.heading * 10).rounded() / 10)
+        event.add("speed_mps", (vehicle.speed * 10).rounded() / 10)
+        event.add("accuracy_m", (random.uniform(2, 12) * 10).rounded() / 10)
+        event.add("sensor", "GPS")
+        return event.json
+    }
+
+    /// A malformed event of a random kind, for showing the dead-letter path.
+    public mutating func malformedEvent(vehicle index: Int) -> String {
+        let id = vehicles[index].id
+        switch Int(random.next() % 3) {
+        case 0: return "{\"vehicle_id\": \"\(id)\", \"lat\": 123.4, \"lng\": 0, \"recorded_at\": \"2026-01-01T00:00:00Z\"}"
+        case 1: return "{\"vehicle_id\": \"\(id)\", \"lat\": 1, \"lng\": 2}"
+        default: return "{\"vehicle_id\": \"\(id)\", truncated"
+        }
+    }
+
+    public mutating func chance(_ probability: Double) -> Bool {
+        random.uniform(0, 1) < probability
+    }
+
+    private static func padded(_ value: Int, width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    }
+}
+
+/// A small, fast, seedable generator (Steele, Lea & Flood 2014).
+struct SplitMix64: Sendable {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func uniform(_ low: Double, _ high: Double) -> Double {
+        low + (high - low) * Double(next() >> 11) / Double(1 << 53)
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

@@ -1,0 +1,40 @@
+import FleetAuth
+import FleetEngine
+
+/// One request's worth of a vehicle's fixes.
+public struct CoalescedRequest: Sendable {
+    public let update: VehicleLocationUpdate
+    /// The record sent as `lastLocation`.
+    public let newest: PendingFix
+    /// Records sent in `pastLocations`, plus the oldest ones beyond its cap: all
+    /// settled with the request's outcome.
+    public let carried: [PendingFix]
+
+    public var sources: [RecordSource] { [newest.source] + carried.map(\.source) }
+}
+
+/// Turns a vehicle's queued fixes into one request: the newest as `lastLocation`,
+/// older ones (oldest first, at most `pastLimit`) as `pastLocations`. Fixes not
+/// newer than the newest one Fleet Engine accepted are stale and never sent, so
+/// the vehicle never moves backwards.
+public enum Coalescer {
+    public static let defaultPastLimit = 100
+
+    public static func coalesce(
+        vehicle: VehicleIdentity, fixes: [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
+    ) -> (request: CoalescedRequest?, stale: [PendingFix]) {
+        let floor = newestAcceptedMilliseconds ?? .min
+        // Stable sort: among equal times the later-consumed fix is the newer.
+        let ordered = fixes.enumerated().sorted {
+            ($0.element.update.fix.recordedAtMilliseconds, $0.offset) < ($1.element.update.fix.recordedAtMilliseconds, $1.offset)
+        }.map(\.element)
+        let stale = ordered.filter { $0.update.fix.recordedAtMilliseconds <= floor }
+        let fresh = ordered.filter { $0.update.fix.recordedAtMilliseconds > floor }
+        guard let newest = fresh.last else { return (nil, stale) }
+        let older = fresh.dropLast()
+        let past = older.suffix(pastLimit)
+        let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
+                                           pastLocations: past.map(\.update.fix))
+        return (CoalescedRequest(update: update, newest: newest, carried: Array(older)), stale)
+    }
+}

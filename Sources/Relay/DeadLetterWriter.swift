@@ -1,0 +1,75 @@
+import Kafka
+import Logging
+
+/// Writes rejected records to the dead-letter topic, value and key unchanged,
+/// with the headers events.md names. A record counts as finished only once the
+/// broker acknowledged its dead letter; failed writes are retried until they
+/// succeed or shutdown abandons them (then they stay uncommitted).
+///
+/// Threading: `submit` may be called from any task; `run` drives the writes.
+public final class DeadLetterWriter: Sendable {
+    public struct Letter: Sendable {
+        public let source: RecordSource
+        public let reason: String
+        public let detail: String
+    }
+
+    public let topic: String
+    private let producer: KafkaProducer
+    private let retryPolicy: RetryPolicy
+    private let logger: Logger
+    private let letters: AsyncStream<(Letter, @Sendable () -> Void)>
+    private let intake: AsyncStream<(Letter, @Sendable () -> Void)>.Continuation
+
+    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logger: Logger) {
+        self.topic = topic
+        self.producer = producer
+        self.retryPolicy = retryPolicy
+        self.logger = logger
+        (letters, intake) = AsyncStream.makeStream()
+    }
+
+    /// Queues a letter; `written` runs once the broker has it.
+    public func submit(_ source: RecordSource, reason: String, detail: String, written: @escaping @Sendable () -> Void) {
+        intake.yield((Letter(source: source, reason: reason, detail: detail), written))
+    }
+
+    /// No more letters will be submitted; `run` returns once the queued ones are written.
+    public func finishIntake() {
+        intake.finish()
+    }
+
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            for await (letter, written) in letters {
+                group.addTask {
+                    if await self.write(letter) { written() }
+                }
+            }
+        }
+    }
+
+    private func write(_ letter: Letter) async -> Bool {
+        let headers = [
+            KafkaHeader(name: "fleet-relay-error", value: letter.reason),
+            KafkaHeader(name: "fleet-relay-detail", value: letter.detail),
+            KafkaHeader(name: "fleet-relay-source", value: letter.source.description),
+        ]
+        var attempt = 0
+        while !Task.isCancelled {
+            do {
+                try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
+                return true
+            } catch {
+                logger.error("Dead letter for \(letter.source.description) not written, retrying: \(error)")
+                do {
+                    try await Task.sleep(for: retryPolicy.delay(attempt: attempt))
+                } catch {
+                    return false
+                }
+                attempt += 1
+            }
+        }
+        return false
+    }
+}

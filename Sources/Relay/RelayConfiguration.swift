@@ -1,0 +1,42 @@
+import FleetAuth
+import FleetEngine
+import Kafka
+
+/// Everything the relay needs to run, resolved from flags and environment.
+public struct RelayConfiguration: Sendable {
+    public var kafka: KafkaConfiguration
+    public var topic: String
+    public var group: String
+    public var deadLetterTopic: String
+    public var defaultKind: VehicleKind
+    public var batchSize: Int
+    public var batchLinger: Duration
+    /// Requests in flight at once (one per vehicle at most).
+    public var maximumInFlight: Int
+    /// Consumed-but-unfinished records above which fetching pauses.
+    public var maximumPendingRecords: Int
+    public var pastLocationsLimit: Int
+    public var commitInterval: Duration
+    public var shutdownTimeout: Duration
+    public var retryPolicy: RetryPolicy
+
+    public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
+                defaultKind: VehicleKind = .vehicle, batchSize: Int = 500, batchLinger: Duration = .milliseconds(100),
+                maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
+                pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
+                shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy()) {
+        self.kafka = kafka
+        self.topic = topic
+        self.group = group
+        self.deadLetterTopic = deadLetterTopic ?? topic + ".dlq"
+        self.defaultKind = defaultKind
+        self.batchSize = batchSize
+        self.batchLinger = batchLinger
+        self.maximumInFlight = maximumInFlight
+        self.maximumPendingRecords = maximumPendingRecords
+        self.pastLocationsLimit = pastLocationsLimit
+        self.commitInterval = commitInterval
+        self.shutdownTimeout = shutdownTimeout
+        self.retryPolicy = retryPolicy
+    }
+}

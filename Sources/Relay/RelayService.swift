@@ -1,0 +1,222 @@
+import FleetAuth
+import FleetEngine
+import Kafka
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The relay: consume → decode → batch → coalesce per vehicle → sign → send →
+/// commit. A `Service` for ServiceLifecycle: graceful shutdown stops fetching,
+/// drains in-flight work for up to `shutdownTimeout`, commits what finished and
+/// leaves the consumer group.
+///
+/// Guarantee: an offset is committed only when every record at or below it was
+/// accepted by Fleet Engine, dead-lettered, or superseded by a newer accepted fix.
+public final class RelayService: Service, Sendable {
+    public let configuration: RelayConfiguration
+    public let statistics = RelayStatistics()
+    private let tracker = OffsetTracker()
+    private let decoder: LocationEventDecoder
+    private let batcher: Batcher
+    private let dispatcher: VehicleDispatcher
+    private let forwarder: UpdateForwarder
+    private let deadLetters: DeadLetterWriter
+    private let producer: KafkaProducer
+    private let logger: Logger
+    private let consumerState = Mutex<KafkaConsumer?>(nil)
+
+    public init(configuration: RelayConfiguration, client: FleetEngineClient, tokens: TokenCache,
+                logger: Logger) throws(KafkaError) {
+        self.configuration = configuration
+        self.logger = logger
+        self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
+        self.batcher = Batcher(maximumSize: configuration.batchSize, linger: configuration.batchLinger)
+        let producerProperties = configuration.kafka.properties.merging(["message.timeout.ms": "30000"]) { user, _ in user }
+        self.producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
+        self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
+                                            retryPolicy: configuration.retryPolicy, logger: logger)
+        self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
+                                         statistics: statistics, logger: logger)
+        let (tracker, statistics) = (self.tracker, self.statistics)
+        self.dispatcher = VehicleDispatcher(pastLimit: configuration.pastLocationsLimit) { staleFixes in
+            for fix in staleFixes { tracker.finish(fix.source) }
+            statistics.stale.add(staleFixes.count, ordering: .relaxed)
+        }
+    }
+
+    // MARK: Observation
+
+    public var vehicleCount: Int { get async { await dispatcher.vehicleCount } }
+    public var uncommittedRecords: Int64 { tracker.uncommitted }
+    public var assignedPartitions: [TopicPartition] { tracker.assignedPartitions }
+    public var isPaused: Bool { consumerState.withLock { $0?.isPaused ?? false } }
+
+    // MARK: Running
+
+    public func run() async throws {
+        let consumer = try makeConsumer()
+        consumerState.withLock { $0 = consumer }
+        logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
+
+        let processing = Task { await self.process() }
+        let housekeeping = Task { await self.housekeep(consumer) }
+        await withTaskCancellationHandler {
+            await ingest(consumer)
+            await drain(consumer, processing: processing)
+        } onCancel: {
+            processing.cancel()
+        }
+        housekeeping.cancel()
+        await housekeeping.value
+        await commit(consumer)
+        await consumer.close()
+        await producer.close()
+        logSummary()
+    }
+
+    private func makeConsumer() throws(KafkaError) -> KafkaConsumer {
+        var kafka = configuration.kafka
+        kafka["group.id"] = configuration.group
+        let (tracker, statistics, logger) = (self.tracker, self.statistics, self.logger)
+        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { event in
+            switch event {
+            case .assigned(let partitions, let generation):
+                tracker.assign(partitions, generation: generation)
+                return []
+            case .revoked(let partitions, _):
+                return tracker.revoke(partitions)
+            }
+        } committedOnRevoke: { offsets in
+            statistics.commits.add(1, ordering: .relaxed)
+            logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
+        }
+    }
+
+    /// Reads records until graceful shutdown; bad ones go to the dead-letter topic at once.
+    private func ingest(_ consumer: KafkaConsumer) async {
+        for await chunk in consumer.records.cancelOnGracefulShutdown() {
+            for record in chunk where tracker.register(record) {
+                statistics.consumed.add(1, ordering: .relaxed)
+                let source = RecordSource(record)
+                switch decoder.decode(key: record.key, value: record.value) {
+                case .success(let update):
+                    if let batch = batcher.add(PendingFix(update: update, source: source)) {
+                        await dispatcher.submit(batch)
+                    }
+                case .failure(let rejection):
+                    deadLetter(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+                }
+            }
+            applyFlowControl(consumer)
+        }
+    }
+
+    /// Sending and dead-lettering, until intake closes and everything queued is done.
+    private func process() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.deadLetters.run() }
+            group.addTask {
+                await withDiscardingTaskGroup { workers in
+                    for _ in 0..<self.configuration.maximumInFlight {
+                        workers.addTask { await self.work() }
+                    }
+                }
+                self.deadLetters.finishIntake()
+            }
+        }
+    }
+
+    private func work() async {
+        while let request = await dispatcher.nextRequest() {
+            let outcome = await forwarder.deliver(request.update)
+            let acceptedAt = outcome == .accepted ? request.update.lastLocation.recordedAtMilliseconds : nil
+            await dispatcher.complete(request, acceptedMilliseconds: acceptedAt)
+            settle(request, outcome)
+        }
+    }
+
+    private func settle(_ request: CoalescedRequest, _ outcome: DeliveryOutcome) {
+        switch outcome {
+        case .accepted:
+            for source in request.sources { tracker.finish(source) }
+            statistics.accepted.add(1, ordering: .relaxed)
+            statistics.superseded.add(request.carried.count, ordering: .relaxed)
+        case .rejected(let reason, let detail):
+            logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
+            for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
+        case .abandoned:
+            break
+        }
+    }
+
+    private func deadLetter(_ source: RecordSource, reason: String, detail: String) {
+        let (tracker, statistics) = (self.tracker, self.statistics)
+        deadLetters.submit(source, reason: reason, detail: detail) {
+            tracker.finish(source)
+            statistics.deadLettered.add(1, ordering: .relaxed)
+        }
+    }
+
+    /// Releases lingering batches, applies flow control and commits on schedule.
+    private func housekeep(_ consumer: KafkaConsumer) async {
+        let tick = Duration.milliseconds(20)
+        var sinceCommit = Duration.zero
+        while !Task.isCancelled {
+            if let batch = batcher.takeIfLingered() { await dispatcher.submit(batch) }
+            applyFlowControl(consumer)
+            if sinceCommit >= configuration.commitInterval {
+                await commit(consumer)
+                sinceCommit = .zero
+            }
+            try? await Task.sleep(for: tick)
+            sinceCommit += tick
+        }
+    }
+
+    /// Pauses fetching while too many records are unfinished, so a slow or absent
+    /// Fleet Engine cannot make the relay buffer without bound.
+    private func applyFlowControl(_ consumer: KafkaConsumer) {
+        let outstanding = tracker.outstanding
+        if outstanding >= configuration.maximumPendingRecords {
+            if !consumer.isPaused { logger.info("Pausing consumption: \(outstanding) records in progress") }
+            consumer.pause()
+        } else if outstanding <= configuration.maximumPendingRecords / 2, consumer.isPaused {
+            logger.info("Resuming consumption")
+            consumer.resume()
+        }
+    }
+
+    private func commit(_ consumer: KafkaConsumer) async {
+        let offsets = tracker.committableOffsets()
+        guard !offsets.isEmpty else { return }
+        do {
+            try await consumer.commit(offsets)
+            tracker.markCommitted(offsets)
+            statistics.commits.add(1, ordering: .relaxed)
+        } catch {
+            logger.warning("Offset commit failed, will retry: \(error)")
+        }
+    }
+
+    /// Stops fetching, sends what is queued, and waits for in-flight work up to the shutdown timeout.
+    private func drain(_ consumer: KafkaConsumer, processing: Task<Void, Never>) async {
+        logger.info("Shutting down: draining in-flight work for up to \(configuration.shutdownTimeout)")
+        consumer.pause()
+        await dispatcher.submit(batcher.takeAll())
+        await dispatcher.closeIntake()
+        let (dispatcher, timeout, logger) = (self.dispatcher, configuration.shutdownTimeout, self.logger)
+        let watchdog = Task {
+            try await Task.sleep(for: timeout)
+            logger.warning("Shutdown timeout reached: abandoning unfinished work (it stays uncommitted)")
+            await dispatcher.abandonQueued()
+            processing.cancel()
+        }
+        await processing.value
+        watchdog.cancel()
+    }
+
+    private func logSummary() {
+        let totals = statistics.snapshot
+        logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
+    }
+}

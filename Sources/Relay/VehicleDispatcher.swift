@@ -1,0 +1,133 @@
+import FleetAuth
+
+/// Queues fixes per vehicle and hands out one request per vehicle at a time.
+///
+/// At most one request per vehicle is in flight: fixes arriving meanwhile wait
+/// and are coalesced into the next request, which is built only after the
+/// previous one was answered, so a request can never overtake an older one and
+/// move the vehicle backwards. Workers pull requests with `nextRequest()`;
+/// their number bounds the requests in flight.
+public actor VehicleDispatcher {
+    private struct Lane {
+        var queued: [PendingFix] = []
+        var inFlight = false
+        var isReady = false
+        var newestAcceptedMilliseconds: Int64?
+    }
+
+    private let pastLimit: Int
+    private let settleStale: @Sendable ([PendingFix]) -> Void
+    private var lanes: [VehicleIdentity: Lane] = [:]
+    private var ready: [VehicleIdentity] = []
+    private var readyHead = 0
+    private var waiters: [CheckedContinuation<CoalescedRequest?, Never>] = []
+    private var intakeClosed = false
+    public private(set) var inFlight = 0
+
+    /// - Parameter settleStale: called (inside the actor) with fixes dropped as stale.
+    public init(pastLimit: Int = Coalescer.defaultPastLimit, settleStale: @escaping @Sendable ([PendingFix]) -> Void) {
+        self.pastLimit = pastLimit
+        self.settleStale = settleStale
+    }
+
+    public var vehicleCount: Int { lanes.count }
+
+    public var queuedFixes: Int { lanes.values.reduce(0) { $0 + $1.queued.count } }
+
+    public func submit(_ fixes: [PendingFix]) {
+        for fix in fixes {
+            let vehicle = fix.update.vehicle
+            lanes[vehicle, default: Lane()].queued.append(fix)
+            markReadyIfIdle(vehicle)
+        }
+        serveWaiters()
+    }
+
+    /// The next request to send, or nil once intake is closed and nothing is left.
+    public func nextRequest() async -> CoalescedRequest? {
+        if let request = takeReadyRequest() { return request }
+        if isDrained { return nil }
+        return await withCheckedContinuation { waiters.append($0) }
+    }
+
+    /// Frees the vehicle for its next request; `acceptedMilliseconds` is the
+    /// `lastLocation` time when Fleet Engine accepted the request.
+    public func complete(_ request: CoalescedRequest, acceptedMilliseconds: Int64?) {
+        let vehicle = request.update.vehicle
+        inFlight -= 1
+        if var lane = lanes[vehicle] {
+            lane.inFlight = false
+            if let accepted = acceptedMilliseconds {
+                lane.newestAcceptedMilliseconds = max(lane.newestAcceptedMilliseconds ?? .min, accepted)
+            }
+            lanes[vehicle] = lane
+        }
+        markReadyIfIdle(vehicle)
+        serveWaiters()
+    }
+
+    /// No more fixes will be submitted; workers stop once everything queued is sent.
+    public func closeIntake() {
+        intakeClosed = true
+        serveWaiters()
+    }
+
+    /// Drops everything queued (left uncommitted, so it is consumed again after a
+    /// restart) and releases idle workers. In-flight requests still complete.
+    public func abandonQueued() {
+        intakeClosed = true
+        for vehicle in lanes.keys {
+            lanes[vehicle]?.queued = []
+            lanes[vehicle]?.isReady = false
+        }
+        ready = []
+        readyHead = 0
+        serveWaiters()
+    }
+
+    private var isDrained: Bool { intakeClosed && inFlight == 0 && readyHead == ready.count }
+
+    private func markReadyIfIdle(_ vehicle: VehicleIdentity) {
+        guard let lane = lanes[vehicle], !lane.inFlight, !lane.isReady, !lane.queued.isEmpty else { return }
+        lanes[vehicle]!.isReady = true
+        ready.append(vehicle)
+    }
+
+    private func takeReadyRequest() -> CoalescedRequest? {
+        while readyHead < ready.count {
+            let vehicle = ready[readyHead]
+            readyHead += 1
+            if readyHead > 1024, readyHead * 2 > ready.count {
+                ready.removeFirst(readyHead)
+                readyHead = 0
+            }
+            guard var lane = lanes[vehicle] else { continue }
+            lane.isReady = false
+            let (request, stale) = Coalescer.coalesce(
+                vehicle: vehicle, fixes: lane.queued, newestAcceptedMilliseconds: lane.newestAcceptedMilliseconds,
+                pastLimit: pastLimit)
+            lane.queued = []
+            lane.inFlight = request != nil
+            lanes[vehicle] = lane
+            if !stale.isEmpty { settleStale(stale) }
+            if let request {
+                inFlight += 1
+                return request
+            }
+        }
+        return nil
+    }
+
+    private func serveWaiters() {
+        while !waiters.isEmpty {
+            if let request = takeReadyRequest() {
+                waiters.removeFirst().resume(returning: request)
+            } else if isDrained {
+                waiters.forEach { $0.resume(returning: nil) }
+                waiters = []
+            } else {
+                return
+            }
+        }
+    }
+}
