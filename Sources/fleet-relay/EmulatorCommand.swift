@@ -1,0 +1,79 @@
+import ArgumentParser
+import FleetAuth
+import FleetEngineEmulator
+import Foundation
+import Logging
+import ServiceLifecycle
+
+struct EmulatorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "emulator",
+        abstract: "Serve a Fleet Engine emulator that verifies vehicle tokens as Fleet Engine does.")
+
+    @Option(help: "Address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(help: "Port to listen on (0 picks a free one).")
+    var port = 8470
+
+    @Option(help: "Service-account key file whose tokens are accepted.")
+    var keyFile: String
+
+    @Flag(help: "Create a new throwaway key at --key-file first (it must not exist).")
+    var generateKey = false
+
+    @Option(help: "Provider (project id) served. Default: the key file's project_id.")
+    var provider: String?
+
+    @Flag(help: "Answer 404 for vehicles never created, as Fleet Engine does (default: create on first update).")
+    var requireExistingVehicles = false
+
+    @OptionGroup var logging: LoggingOptions
+
+    func run() async throws {
+        logging.bootstrap()
+        let logger = Logger(label: "fleet-engine-emulator")
+        if generateKey { try Self.writeThrowawayKey(to: keyFile) }
+        let key: ServiceAccountKey
+        do {
+            key = try ServiceAccountKey.load(path: keyFile)
+        } catch {
+            throw StartupError(error.message)
+        }
+        let emulator = FleetEngineEmulator(key: key, provider: provider ?? key.projectId,
+                                           requireExistingVehicles: requireExistingVehicles)
+        let url: String
+        do {
+            url = try await emulator.start(host: host, port: port)
+        } catch {
+            throw StartupError("cannot listen on \(host):\(port): \(error)")
+        }
+        logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
+        let services = ServiceGroup(configuration: .init(
+            services: [WaitForShutdown()], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await services.run()
+        let statistics = emulator.statistics
+        logger.info("Emulator stopped after \(statistics.requests) requests; \(emulator.vehicles.count) vehicles held")
+        await emulator.shutdown()
+    }
+
+    static func writeThrowawayKey(to path: String, projectId: String = "fleet-relay-local") throws {
+        guard !FileManager.default.fileExists(atPath: path) else {
+            throw StartupError("--generate-key: \(path) already exists; refusing to overwrite a key")
+        }
+        guard let json = ServiceAccountKey.generateKeyFileJSON(
+            projectId: projectId, clientEmail: "fleet-relay@\(projectId).iam.gserviceaccount.com",
+            privateKeyId: "local-\(UInt32.random(in: 0...UInt32.max))")
+        else { throw StartupError("cannot generate an RSA key") }
+        guard FileManager.default.createFile(atPath: path, contents: Data(json.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw StartupError("cannot write key file \(path)")
+        }
+    }
+}
+
+/// A service that does nothing until graceful shutdown.
+struct WaitForShutdown: Service {
+    func run() async throws {
+        try await gracefulShutdown()
+    }
+}

@@ -1,0 +1,170 @@
+import ArgumentParser
+import FleetAuth
+import FleetEngine
+import Kafka
+import Logging
+import Relay
+
+extension VehicleKind: ExpressibleByArgument {}
+extension LocationMode: ExpressibleByArgument {}
+
+struct KafkaOptions: ParsableArguments {
+    @Option(help: "Kafka bootstrap servers (host:port, comma-separated).")
+    var brokers: String
+
+    @Option(name: .customLong("kafka-property"),
+            help: ArgumentHelp("Any librdkafka property as key=value, e.g. security.protocol=SASL_SSL (repeatable).",
+                               valueName: "key=value"))
+    var kafkaProperties: [String] = []
+
+    func configuration() throws -> KafkaConfiguration {
+        var configuration = KafkaConfiguration(bootstrapServers: brokers)
+        for property in kafkaProperties {
+            do {
+                let (key, value) = try KafkaConfiguration.parseProperty(property)
+                configuration[key] = value
+            } catch {
+                throw StartupError(error.message)
+            }
+        }
+        return configuration
+    }
+}
+
+struct SignerOptions: ParsableArguments {
+    @Option(help: "Service-account key file (JSON) that signs vehicle tokens.")
+    var keyFile: String
+
+    @Option(help: "Seconds before a token's expiry at which it is replaced.")
+    var tokenRefreshMargin: Int = 300
+
+    @Flag(help: "Sign one wildcard token (\"*\") per kind instead of one per vehicle. Only if your security model allows it.")
+    var wildcardToken = false
+
+    func loadKey() throws -> ServiceAccountKey {
+        do {
+            return try ServiceAccountKey.load(path: keyFile)
+        } catch {
+            throw StartupError(error.message)
+        }
+    }
+
+    func validate() throws {
+        guard (0..<3600).contains(tokenRefreshMargin) else {
+            throw ValidationError("--token-refresh-margin must be from 0 to 3599 seconds")
+        }
+    }
+}
+
+struct FleetEngineOptions: ParsableArguments {
+    @Option(help: "Fleet Engine provider (Google Cloud project id). Default: the key file's project_id.")
+    var provider: String?
+
+    @Option(help: "Fleet Engine base URL. Plain http is accepted only for loopback hosts.")
+    var fleetEngineURL = "https://fleetengine.googleapis.com"
+
+    @Option(help: "Which location fields carry the fix: supplemental or device.")
+    var locationMode: LocationMode = .supplemental
+
+    @Option(help: "Requests to Fleet Engine in flight at once.")
+    var maxInFlight = 64
+
+    @Option(help: "Fleet Engine request timeout in seconds.")
+    var requestTimeout = 15
+
+    func validate() throws {
+        guard maxInFlight >= 1, maxInFlight <= 4096 else { throw ValidationError("--max-in-flight must be from 1 to 4096") }
+        guard requestTimeout >= 1 else { throw ValidationError("--request-timeout must be at least 1 second") }
+        guard let scheme = fleetEngineURL.split(separator: ":").first, ["http", "https"].contains(scheme),
+            fleetEngineURL.contains("://")
+        else { throw ValidationError("--fleet-engine-url must be an http(s) URL, not '\(fleetEngineURL)'") }
+        if scheme == "http", !Self.isLoopback(fleetEngineURL) {
+            throw ValidationError("--fleet-engine-url uses plain http to a non-loopback host; tokens would travel in clear text")
+        }
+    }
+
+    func clientConfiguration(defaultProvider: String) -> FleetEngineClient.Configuration {
+        FleetEngineClient.Configuration(
+            baseURL: fleetEngineURL, provider: provider ?? defaultProvider, locationMode: locationMode,
+            requestTimeout: .seconds(requestTimeout), maximumConnections: maxInFlight)
+    }
+
+    static func isLoopback(_ url: String) -> Bool {
+        guard let afterScheme = url.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first else { return false }
+        let host = afterScheme.hasPrefix("[") ? String(afterScheme.prefix { $0 != "]" }.dropFirst())
+            : String(afterScheme.split(separator: ":").first ?? "")
+        return host == "localhost" || host.hasPrefix("127.") || host == "::1"
+    }
+}
+
+struct PipelineOptions: ParsableArguments {
+    @Option(help: "Kind for events without a \"kind\" field: vehicle or delivery_vehicle.")
+    var kind: VehicleKind = .vehicle
+
+    @Option(help: "Dead-letter topic. Default: <topic>.dlq.")
+    var deadLetterTopic: String?
+
+    @Option(help: "Most events in one batch.")
+    var batchSize = 500
+
+    @Option(help: "Milliseconds a partial batch waits for more events.")
+    var batchLingerMs = 100
+
+    @Option(help: "Consumed but unfinished records above which fetching pauses.")
+    var maxPendingRecords = 50_000
+
+    @Option(help: "Older fixes sent with a vehicle's newest one, at most (pastLocations).")
+    var maxPastLocations = 100
+
+    @Option(help: "Milliseconds between offset commits.")
+    var commitIntervalMs = 1000
+
+    @Option(help: "Seconds to finish in-flight work on shutdown before abandoning it (uncommitted).")
+    var shutdownTimeout = 20
+
+    @Option(help: "First retry delay in milliseconds (exponential backoff with full jitter).")
+    var retryInitialMs = 200
+
+    @Option(help: "Longest retry delay in milliseconds.")
+    var retryMaxMs = 10_000
+
+    func validate() throws {
+        guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
+        guard batchLingerMs >= 0 else { throw ValidationError("--batch-linger-ms must not be negative") }
+        guard maxPendingRecords >= batchSize else { throw ValidationError("--max-pending-records must be at least --batch-size") }
+        guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
+        guard commitIntervalMs >= 10 else { throw ValidationError("--commit-interval-ms must be at least 10") }
+        guard shutdownTimeout >= 0 else { throw ValidationError("--shutdown-timeout must not be negative") }
+        guard retryInitialMs >= 1, retryMaxMs >= retryInitialMs else {
+            throw ValidationError("--retry-initial-ms must be at least 1 and at most --retry-max-ms")
+        }
+    }
+
+    func relayConfiguration(kafka: KafkaConfiguration, topic: String, group: String, maxInFlight: Int) -> RelayConfiguration {
+        RelayConfiguration(
+            kafka: kafka, topic: topic, group: group, deadLetterTopic: deadLetterTopic, defaultKind: kind,
+            batchSize: batchSize, batchLinger: .milliseconds(batchLingerMs), maximumInFlight: maxInFlight,
+            maximumPendingRecords: maxPendingRecords, pastLocationsLimit: maxPastLocations,
+            commitInterval: .milliseconds(commitIntervalMs), shutdownTimeout: .seconds(shutdownTimeout),
+            retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)))
+    }
+}
+
+struct LoggingOptions: ParsableArguments {
+    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func bootstrap() {
+        Self.bootstrap(level: logLevel)
+    }
+
+    static func bootstrap(level: Logger.Level) {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}

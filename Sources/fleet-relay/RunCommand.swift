@@ -1,0 +1,64 @@
+import ArgumentParser
+import FleetAuth
+import FleetEngine
+import Kafka
+import Logging
+import Relay
+import ServiceLifecycle
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Relay vehicle locations from a Kafka topic to Fleet Engine until SIGTERM or SIGINT.")
+
+    @OptionGroup var kafka: KafkaOptions
+
+    @Option(help: "Topic of vehicle location events.")
+    var topic: String
+
+    @Option(help: "Kafka consumer group; replicas sharing it split the topic's partitions.")
+    var group = "fleet-relay"
+
+    @OptionGroup var signer: SignerOptions
+    @OptionGroup var fleetEngine: FleetEngineOptions
+    @OptionGroup var pipeline: PipelineOptions
+    @OptionGroup var logging: LoggingOptions
+
+    func run() async throws {
+        logging.bootstrap()
+        let logger = Logger(label: "fleet-relay")
+        let key = try signer.loadKey()
+        let kafkaConfiguration = try kafka.configuration()
+        do {
+            try kafkaConfiguration.validate()
+        } catch {
+            throw StartupError(error.message)
+        }
+        let clientConfiguration = fleetEngine.clientConfiguration(defaultProvider: key.projectId)
+        let client = FleetEngineClient(configuration: clientConfiguration)
+        let tokens = TokenCache(signer: LocalKeySigner(key: key), refreshMarginSeconds: Int64(signer.tokenRefreshMargin),
+                                wildcard: signer.wildcardToken)
+        let relayConfiguration = pipeline.relayConfiguration(
+            kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight)
+        let relay: RelayService
+        do {
+            relay = try RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger)
+        } catch {
+            await client.shutdown()
+            throw StartupError(error.message)
+        }
+        logger.info("fleet-relay \(FleetRelayVersion.current) starting", metadata: [
+            "brokers": "\(kafka.brokers)", "topic": "\(topic)", "group": "\(group)",
+            "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)",
+            "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
+            "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
+            "signer": "local", "service_account": "\(key.clientEmail)", "wildcard_token": "\(signer.wildcardToken)",
+            "kafka_properties": "\(kafkaConfiguration.redacted.filter { $0.key != "bootstrap.servers" })",
+        ])
+        let services = ServiceGroup(configuration: .init(
+            services: [relay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        defer { Task { await client.shutdown() } }
+        try await services.run()
+        await client.shutdown()
+    }
+}
