@@ -218,7 +218,7 @@ public final class KafkaConsumer: Sendable {
         while chunk.count < maximum, let message = rd_kafka_consumer_poll(handle.pointer, timeout) {
             defer { rd_kafka_message_destroy(message) }
             timeout = 0
-            if let record = context.record(from: message.pointee) { chunk.append(record) }
+            if let record = context.record(from: message) { chunk.append(record) }
         }
         return chunk
     }
@@ -246,7 +246,10 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
         super.init(logger: logger)
     }
 
-    func record(from message: rd_kafka_message_t) -> KafkaRecord? {
+    /// Takes the message by pointer: librdkafka finds its timestamp and headers in
+    /// the internal structure around it, so a copy would not do.
+    func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaRecord? {
+        let message = pointer.pointee
         guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
             if message.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                 logger.warning("Kafka consume error: \(RDKafkaConfig.errorName(message.err))")
@@ -259,14 +262,30 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
         }
         let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
-        var copy = message
-        let timestamp = rd_kafka_message_timestamp(&copy, &timestampType)
+        let timestamp = rd_kafka_message_timestamp(pointer, &timestampType)
         let partition = TopicPartition(topic: topic, partition: message.partition)
         return KafkaRecord(
             topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
             timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
-            assignmentGeneration: generations[partition] ?? 0
+            assignmentGeneration: generations[partition] ?? 0,
+            headers: Self.headers(of: pointer)
         )
+    }
+
+    private static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [KafkaHeader] {
+        var headers: OpaquePointer?
+        guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
+        var result: [KafkaHeader] = []
+        var index = 0
+        var name: UnsafePointer<CChar>?
+        var value: UnsafeRawPointer?
+        var size = 0
+        while rd_kafka_header_get_all(headers, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            result.append(KafkaHeader(name: name.map { String(cString: $0) } ?? "", value: bytes))
+            index += 1
+        }
+        return result
     }
 
     private func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset]) {

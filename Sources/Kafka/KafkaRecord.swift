@@ -10,10 +10,11 @@ public struct KafkaRecord: Sendable {
     /// Identifies the assignment of this partition the record was fetched under,
     /// so work finishing after a revoke cannot be mistaken for the new assignment's.
     public let assignmentGeneration: UInt64
+    public let headers: [KafkaHeader]
 
     public init(
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8],
-        timestampMilliseconds: Int64? = nil, assignmentGeneration: UInt64 = 0
+        timestampMilliseconds: Int64? = nil, assignmentGeneration: UInt64 = 0, headers: [KafkaHeader] = []
     ) {
         self.topic = topic
         self.partition = partition
@@ -22,6 +23,11 @@ public struct KafkaRecord: Sendable {
         self.value = value
         self.timestampMilliseconds = timestampMilliseconds
         self.assignmentGeneration = assignmentGeneration
+        self.headers = headers
+    }
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name == name }.map { String(decoding: $0.value, as: UTF8.self) }
     }
 
     public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }

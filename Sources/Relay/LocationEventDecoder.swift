@@ -28,6 +28,11 @@ public struct Rejection: Error, Sendable, Equatable {
 public struct LocationUpdate: Sendable, Equatable {
     public let vehicle: VehicleIdentity
     public let fix: LocationFix
+
+    public init(vehicle: VehicleIdentity, fix: LocationFix) {
+        self.vehicle = vehicle
+        self.fix = fix
+    }
 }
 
 /// Turns a record's key and value into a `LocationUpdate` or a `Rejection`

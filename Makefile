@@ -1,0 +1,33 @@
+# fleet-relay — see README.md. `make run` starts the local demo, `make test` runs every test.
+SWIFT ?= swift
+SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
+APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config
+
+.PHONY: deps build test run release clean
+
+## Install the C libraries (librdkafka, libssl) and kcat with apt-get when they are missing.
+deps:
+	@if pkg-config --exists rdkafka libcrypto 2>/dev/null && command -v kcat >/dev/null; then \
+		echo "deps: librdkafka $$(pkg-config --modversion rdkafka), libcrypto $$(pkg-config --modversion libcrypto), kcat present"; \
+	else \
+		echo "deps: installing $(APT_PACKAGES) with apt-get"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
+run: build
+	$(SWIFT) run --skip-build fleet-relay demo
+
+release: deps
+	$(SWIFT) build -c release
+
+clean:
+	rm -rf .build

@@ -1,0 +1,124 @@
+import FleetAuth
+import JSON
+import Synchronization
+import Testing
+
+@Suite struct VehicleTokenTests {
+    @Test(arguments: [(VehicleKind.vehicle, "vehicleid"), (.deliveryVehicle, "deliveryvehicleid")])
+    func mintsTheClaimsJWTMdDescribes(kind: VehicleKind, claim: String) async throws {
+        let signer = LocalKeySigner(key: TestKeys.key, clock: { 1_795_381_200 })
+        let minted = try await signer.mint(for: VehicleIdentity(kind: kind, id: "veh-1"))
+        let parts = try JWT.decode(minted.token)
+        #expect(parts.header == .object(["alg": .string("RS256"), "typ": .string("JWT"), "kid": .string("test-kid")]))
+        #expect(parts.claims == .object([
+            "iss": .string(TestKeys.key.clientEmail), "sub": .string(TestKeys.key.clientEmail),
+            "aud": .string("https://fleetengine.googleapis.com/"),
+            "iat": .number(1_795_381_200), "exp": .number(1_795_384_800),
+            "authorization": .object([claim: .string("veh-1")]),
+        ]))
+        #expect(minted.expiresAt == 1_795_384_800)
+        let publicKey = try #require(RSAKey(publicKeyPEM: TestKeys.key.privateKey.publicKeyPEM))
+        #expect(publicKey.verifySHA256(parts.signingInput, signature: parts.signature))
+        var tampered = parts.signingInput
+        tampered[tampered.count - 1] ^= 1
+        #expect(!publicKey.verifySHA256(tampered, signature: parts.signature))
+    }
+
+    @Test func lifetimeNeverExceedsOneHour() async throws {
+        let signer = LocalKeySigner(key: TestKeys.key, lifetimeSeconds: 7200, clock: { 1000 })
+        let minted = try await signer.mint(for: VehicleIdentity(kind: .vehicle, id: "v"))
+        #expect(minted.expiresAt == 4600)
+        #expect(try JWT.decode(minted.token).claims["exp"] == .number(4600))
+    }
+
+    @Test func descriptionsNeverContainTheToken() async throws {
+        let minted = try await LocalKeySigner(key: TestKeys.key).mint(for: VehicleIdentity(kind: .vehicle, id: "v"))
+        #expect(!"\(minted)".contains(minted.token.prefix(20)))
+    }
+}
+
+/// Counts mints and can be slowed down, to observe the cache.
+final class CountingSigner: VehicleTokenSigner {
+    let name = "counting"
+    let mints = Atomic<Int>(0)
+    let clock: EpochClock
+
+    init(clock: @escaping EpochClock) {
+        self.clock = clock
+    }
+
+    func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
+        mints.add(1, ordering: .relaxed)
+        try await Task.sleep(for: .milliseconds(50))  // a mint in progress while others ask
+        return VehicleToken(token: "token-\(vehicle.id)-\(mints.load(ordering: .relaxed))", expiresAt: clock() + 3600)
+    }
+}
+
+final class ManualClock: Sendable {
+    let now = Atomic<Int64>(1_000_000)
+    var epochClock: EpochClock { { [self] in now.load(ordering: .relaxed) } }
+}
+
+@Suite struct TokenCacheTests {
+    @Test func hundredConcurrentRequestsForOneVehicleMintOnce() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-1")
+        let tokens = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<100 { group.addTask { try await cache.token(for: vehicle) } }
+            return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        #expect(signer.mints.load(ordering: .relaxed) == 1)
+        #expect(tokens.count == 1)
+    }
+
+    @Test func reusesUntilTheRefreshMarginThenReplaces() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, refreshMarginSeconds: 300, clock: clock.epochClock)
+        let vehicle = VehicleIdentity(kind: .deliveryVehicle, id: "d-1")
+        let first = try await cache.token(for: vehicle)
+        clock.now.add(3600 - 301, ordering: .relaxed)
+        #expect(try await cache.token(for: vehicle) == first)
+        clock.now.add(1, ordering: .relaxed)
+        let second = try await cache.token(for: vehicle)
+        #expect(second != first)
+        #expect(signer.mints.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func keepsOneTokenPerVehicleAndKind() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        for id in ["a", "b", "a", "b"] {
+            _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: id))
+        }
+        _ = try await cache.token(for: VehicleIdentity(kind: .deliveryVehicle, id: "a"))
+        #expect(signer.mints.load(ordering: .relaxed) == 3)
+        #expect(await cache.count == 3)
+    }
+
+    @Test func invalidationForcesANewMint() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        let first = try await cache.token(for: vehicle)
+        await cache.invalidate(vehicle)
+        #expect(try await cache.token(for: vehicle) != first)
+        #expect(signer.mints.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func wildcardSharesOneTokenPerKindOnlyWhenConfigured() async throws {
+        let key = TestKeys.key
+        let cache = TokenCache(signer: LocalKeySigner(key: key), wildcard: true)
+        let a = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "a"))
+        let b = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "b"))
+        #expect(a == b)
+        #expect(try JWT.decode(a).claims["authorization"] == .object(["vehicleid": .string("*")]))
+        let perVehicle = TokenCache(signer: LocalKeySigner(key: key))
+        let c = try await perVehicle.token(for: VehicleIdentity(kind: .vehicle, id: "c"))
+        #expect(try JWT.decode(c).claims["authorization"] == .object(["vehicleid": .string("c")]))
+    }
+}

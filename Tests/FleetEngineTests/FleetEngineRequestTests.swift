@@ -1,0 +1,108 @@
+import FleetAuth
+import FleetEngine
+import JSON
+import Testing
+
+@Suite struct FleetEngineRequestTests {
+    let fullFix = LocationFix(latitude: 37.422, longitude: -122.0841, recordedAtMilliseconds: 1_795_381_200_123,
+                              heading: 90, speedMetersPerSecond: 12.5, accuracyMeters: 4, altitudeMeters: -12.5)
+    let olderFix = LocationFix(latitude: 37.4, longitude: -122.08, recordedAtMilliseconds: 1_795_381_199_000, sensor: .gps)
+
+    @Test func vehicleSupplementalIsAPutWithTheContractBody() throws {
+        let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "veh-00001"), lastLocation: fullFix)
+        let request = FleetEngineRequest(update: update, provider: "my-project", mode: .supplemental)
+        #expect(request.method == "PUT")
+        #expect(request.pathAndQuery == "/v1/providers/my-project/vehicles/veh-00001?updateMask=last_location")
+        #expect(request.body == #"{"lastLocation":{"supplementalLocation":{"latitude":37.422,"longitude":-122.0841},"#
+            + #""supplementalLocationTime":"2026-11-22T21:00:00.123Z","supplementalLocationSensor":"CUSTOMER_SUPPLIED_LOCATION","#
+            + #""supplementalLocationAccuracy":4,"heading":90,"speed":12.5,"altitude":-12.5}}"#)
+    }
+
+    @Test func deliveryVehicleDeviceModeIsAPatchWithPastLocationsInTheMask() throws {
+        let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .deliveryVehicle, id: "d 1/ü"),
+                                           lastLocation: fullFix, pastLocations: [olderFix])
+        let request = FleetEngineRequest(update: update, provider: "p", mode: .device)
+        #expect(request.method == "PATCH")
+        #expect(request.pathAndQuery == "/v1/providers/p/deliveryVehicles/d%201%2F%C3%BC?updateMask=last_location,past_locations")
+        let body = try JSONParser.parse(request.body)
+        #expect(body["lastLocation"] == .object([
+            "location": .object(["latitude": .number(37.422), "longitude": .number(-122.0841)]),
+            "updateTime": .string("2026-11-22T21:00:00.123Z"), "latlngAccuracy": .number(4),
+            "heading": .number(90), "speed": .number(12.5), "altitude": .number(-12.5),
+        ]))
+        #expect(body["pastLocations"] == .array([.object([
+            "location": .object(["latitude": .number(37.4), "longitude": .number(-122.08)]),
+            "updateTime": .string("2026-11-22T20:59:59.000Z"), "locationSensor": .string("GPS"),
+        ])]))
+    }
+
+    @Test func neverSendsOutputOnlyOrDeprecatedFields() {
+        for mode in LocationMode.allCases {
+            let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "v"), lastLocation: fullFix,
+                                               pastLocations: [olderFix])
+            let body = FleetEngineRequest(update: update, provider: "p", mode: mode).body
+            for field in ["serverTime", "FLEET_ENGINE_LOCATION", "horizontalAccuracy", "speedKmph", "roadSnapped"] {
+                #expect(!body.contains(field))
+            }
+        }
+    }
+
+    @Test func sensorsMapToFleetEngineNames() {
+        let expected: [LocationSensor: String] = [
+            .gps: "GPS", .network: "NETWORK", .passive: "PASSIVE", .fused: "FUSED_LOCATION_PROVIDER",
+            .roadSnapped: "ROAD_SNAPPED_LOCATION_PROVIDER", .customerSupplied: "CUSTOMER_SUPPLIED_LOCATION",
+        ]
+        for sensor in LocationSensor.allCases { #expect(sensor.fleetEngineName == expected[sensor]) }
+    }
+}
+
+@Suite struct RFC3339Tests {
+    @Test(arguments: [
+        ("2026-11-22T21:00:00.123Z", Int64(1_795_381_200_123)),
+        ("2026-11-22T21:00:00Z", 1_795_381_200_000),
+        ("2026-11-22T23:00:00.5+02:00", 1_795_381_200_500),
+        ("2026-11-22t20:00:00.000-01:00", 1_795_381_200_000),
+        ("1970-01-01T00:00:00Z", 0),
+        ("2024-02-29T00:00:00Z", 1_709_164_800_000),
+    ])
+    func parses(text: String, milliseconds: Int64) {
+        #expect(RFC3339.parseMilliseconds(text) == milliseconds)
+    }
+
+    @Test(arguments: ["yesterday", "2026-13-45T99:00:00Z", "2026-11-22 21:00:00", "2026-11-22T21:00:00",
+                      "2025-02-29T00:00:00Z", "2026-11-22T21:00:00.Z", "2026-11-22T21:00:00+0200"])
+    func rejects(text: String) {
+        #expect(RFC3339.parseMilliseconds(text) == nil)
+    }
+
+    @Test func formatsRoundTrip() {
+        for milliseconds: Int64 in [0, 1_795_381_200_123, 951_782_400_001, 4_102_444_799_999] {
+            #expect(RFC3339.parseMilliseconds(RFC3339.format(milliseconds: milliseconds)) == milliseconds)
+        }
+        #expect(RFC3339.format(milliseconds: 1_795_381_200_123) == "2026-11-22T21:00:00.123Z")
+    }
+}
+
+@Suite struct FleetEngineOutcomeTests {
+    @Test func classifiesStatusesPerContract() {
+        #expect(FleetEngineOutcome.classify(status: 200) == .accepted)
+        #expect(FleetEngineOutcome.classify(status: 400) == .rejected(reason: "fleet_engine_invalid"))
+        #expect(FleetEngineOutcome.classify(status: 401) == .unauthenticated)
+        #expect(FleetEngineOutcome.classify(status: 403) == .permissionDenied)
+        #expect(FleetEngineOutcome.classify(status: 404) == .rejected(reason: "vehicle_not_found"))
+        for status in [408, 429, 500, 502, 503, 504] {
+            #expect(FleetEngineOutcome.classify(status: status, retryAfterSeconds: 2)
+                == .transient(cause: "http_\(status)", retryAfterSeconds: 2))
+        }
+    }
+
+    @Test func readsRetryAfterInBothForms() {
+        #expect(RetryAfter.seconds(from: "7") == 7)
+        #expect(RetryAfter.seconds(from: nil) == nil)
+        #expect(RetryAfter.seconds(from: "soon") == nil)
+        let now = RFC3339.parseMilliseconds("2015-10-21T07:28:00Z")!
+        let seconds = RetryAfter.seconds(from: "Wed, 21 Oct 2015 07:28:30 GMT",
+                                         now: .init(timeIntervalSince1970: Double(now) / 1000))
+        #expect(seconds == 30)
+    }
+}

@@ -1,0 +1,58 @@
+import JSON
+import Testing
+
+@Suite struct JSONParserTests {
+    @Test func parsesEveryKindOfValue() throws {
+        let value = try JSONParser.parse(#"{"a": [1, -2.5e2, true, false, null], "b": {"c": "d"}, "e": ""}"#)
+        #expect(value["a"] == .array([.number(1), .number(-250), .bool(true), .bool(false), .null]))
+        #expect(value["b"]?["c"] == .string("d"))
+        #expect(value["e"] == .string(""))
+    }
+
+    @Test func decodesEscapesAndSurrogatePairs() throws {
+        let value = try JSONParser.parse(#""a\"b\\c\/d\n\u00fc\ud83d\ude9a\u0000""#)
+        #expect(value == .string("a\"b\\c/d\nü🚚\u{0}"))
+    }
+
+    @Test func keepsHugeNumbersAsInfinityForRangeChecks() throws {
+        #expect(try JSONParser.parse("1e999") == .number(.infinity))
+        #expect(try JSONParser.parse("-1e999") == .number(-.infinity))
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"a\" 1}", "[1,]", "01", "1.", "-", "tru", "\"unterminated", "{\"a\":1}x",
+        "\"\u{01}\"", "'single'", "{a: 1}", "\"\\x\"", "\"\\ud800\"", "NaN",
+    ])
+    func rejectsMalformedText(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(text) }
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xFF, 0xFE, 0x22]) }
+        #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xC0, 0xAF, 0x22]) }  // overlong '/'
+        #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xED, 0xA0, 0x80, 0x22]) }  // surrogate
+    }
+
+    @Test func boundsNesting() {
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
+    }
+
+    @Test func writerOutputParsesBackToTheSameValues() throws {
+        var inner = JSONObjectWriter()
+        inner.add("n", 37.422)
+        var writer = JSONObjectWriter()
+        writer.add("s", "quote \" backslash \\ newline \n control \u{1} ü")
+        writer.add("i", 90)
+        writer.add("whole", 4.0)
+        writer.add("o", inner)
+        writer.add("list", [inner, inner])
+        let parsed = try JSONParser.parse(writer.json)
+        #expect(parsed["s"] == .string("quote \" backslash \\ newline \n control \u{1} ü"))
+        #expect(parsed["i"] == .number(90))
+        #expect(parsed["whole"] == .number(4))
+        #expect(parsed["o"]?["n"] == .number(37.422))
+        #expect(parsed["list"]?.arrayValue?.count == 2)
+        #expect(parsed.serialized() == (try JSONParser.parse(parsed.serialized())).serialized())
+    }
+}

@@ -1,0 +1,136 @@
+import FleetAuth
+import Foundation
+import Kafka
+import Testing
+
+/// The `fleet-relay` binary as an operator runs it: flags, environment, errors,
+/// and SIGTERM, against a mock cluster and emulator living in this test process.
+@Suite(.serialized) struct CommandLineTests {
+    static var binary: URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("fleet-relay")
+    }
+
+    struct Finished {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+    }
+
+    final class RunningProcess: @unchecked Sendable {
+        let process = Process()
+        let stdout = Pipe()
+        let stderr = Pipe()
+
+        init(_ arguments: [String], environment: [String: String] = [:]) throws {
+            process.executableURL = CommandLineTests.binary
+            process.arguments = arguments
+            var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLEET_RELAY_") }
+            env.merge(environment) { _, new in new }
+            process.environment = env
+            process.standardOutput = stdout
+            process.standardError = stderr
+            try process.run()
+        }
+
+        func finish() async -> Finished {
+            let out = Task.detached { String(decoding: self.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let err = Task.detached { String(decoding: self.stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let (stdoutText, stderrText) = (await out.value, await err.value)
+            process.waitUntilExit()
+            return Finished(status: process.terminationStatus, stdout: stdoutText, stderr: stderrText)
+        }
+    }
+
+    func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Finished {
+        try await RunningProcess(arguments, environment: environment).finish()
+    }
+
+    @Test func unknownFlagFailsWithOneReadableLine() async throws {
+        let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k", "--no-such-flag"])
+        #expect(result.status != 0)
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1)
+        #expect(lines.first?.hasPrefix("fleet-relay: error: ") == true)
+        #expect(result.stderr.contains("--no-such-flag"))
+    }
+
+    @Test func invalidValueFailsWithOneReadableLine() async throws {
+        let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k", "--location-mode", "gps"])
+        #expect(result.status != 0)
+        #expect(result.stderr.split(separator: "\n").count == 1)
+        #expect(result.stderr.contains("location-mode"))
+    }
+
+    @Test func missingKeyFileStopsStartupNamingTheFile() async throws {
+        let result = try await run(["run", "--brokers", "127.0.0.1:1", "--topic", "t", "--key-file", "/nonexistent/sa.json"])
+        #expect(result.status == 78)
+        #expect(result.stderr == "fleet-relay: error: key file /nonexistent/sa.json: no such file\n")
+    }
+
+    @Test func badKafkaPropertyIsReportedByLibrdkafkasOwnWords() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let key = harness.writeKeyFile()
+        let result = try await run(["run", "--brokers", "127.0.0.1:1", "--topic", "t", "--key-file", key,
+                                    "--kafka-property", "no.such.property=1"])
+        #expect(result.status == 78)
+        #expect(result.stderr.hasPrefix("fleet-relay: error: Kafka property 'no.such.property': "))
+        #expect(result.stderr.split(separator: "\n").count == 1)
+        await harness.shutdown()
+    }
+
+    @Test func plainHTTPIsRefusedForRemoteFleetEngine() async throws {
+        let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
+                                    "--fleet-engine-url", "http://fleet.example.com"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("plain http"))
+    }
+
+    @Test func environmentVariablesSupplyFlagsAndTheCommandLineWins() async throws {
+        let fromEnvironment = try await run(["run", "--brokers", "b", "--topic", "t"],
+                                            environment: ["FLEET_RELAY_KEY_FILE": "/nonexistent/from-env.json"])
+        #expect(fromEnvironment.stderr == "fleet-relay: error: key file /nonexistent/from-env.json: no such file\n")
+        let flagWins = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "/nonexistent/flag.json"],
+                                     environment: ["FLEET_RELAY_KEY_FILE": "/nonexistent/from-env.json"])
+        #expect(flagWins.stderr == "fleet-relay: error: key file /nonexistent/flag.json: no such file\n")
+        let invalid = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k"],
+                                    environment: ["FLEET_RELAY_MAX_IN_FLIGHT": "lots"])
+        #expect(invalid.status != 0)
+        #expect(invalid.stderr.contains("max-in-flight"))
+    }
+
+    /// Done-when of the spine: the binary, pointed at a broker and a token-checking
+    /// server by flags alone, delivers good events, dead-letters bad ones and exits 0 on SIGTERM.
+    @Test func runRelaysByFlagsAloneAndExitsZeroOnSIGTERM() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        let keyPath = harness.writeKeyFile()
+
+        let generated = GeneratedEvents(vehicles: 30, fixesPerVehicle: 5)
+        var records = generated.events.map(\.record)
+        records.append((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\", \"lat\": 95}".utf8)))
+        try await harness.produce(records)
+
+        let relay = try RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
+            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL,
+            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info",
+        ], environment: ["FLEET_RELAY_BATCH_LINGER_MS": "20"])
+        try await eventually("every vehicle's newest fix reached the emulator") {
+            generated.newest.allSatisfy { id, event in
+                harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt
+            }
+        }
+        let end = try await harness.endOffsets()
+        try await eventually("offsets are committed to the end") {
+            let committed = try await harness.committedOffsets(group: "cli")
+            return (0..<Int32(2)).allSatisfy { committed[$0] == .some(end[$0]) }
+        }
+        relay.process.terminate()  // SIGTERM
+        let result = await relay.finish()
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(result.stderr.contains("dead-lettered 1"))
+        #expect(!result.stderr.contains("BEGIN PRIVATE KEY"))
+        let letters = try await harness.readDeadLetters(count: 1)
+        #expect(letters.first?.header("fleet-relay-error") == "missing_field")
+        await harness.shutdown()
+    }
+}

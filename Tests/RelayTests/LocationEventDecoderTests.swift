@@ -1,0 +1,83 @@
+import FleetAuth
+import FleetEngine
+import Relay
+import Testing
+
+@Suite struct LocationEventDecoderTests {
+    /// 2026-11-22T21:01:00Z: just after the samples' fixes.
+    let decoder = LocationEventDecoder(defaultKind: .vehicle, nowMilliseconds: { 1_795_381_260_000 })
+
+    @Test func everyGoodSampleDecodes() throws {
+        let samples = try Fixtures.good
+        #expect(samples.count == 7)
+        for sample in samples {
+            let result = decoder.decode(key: sample.key, value: sample.value)
+            guard case .success = result else {
+                Issue.record("good sample rejected: \(result) for \(String(decoding: sample.value, as: UTF8.self))")
+                continue
+            }
+        }
+    }
+
+    @Test func everyBadSampleIsRejectedWithItsListedReason() throws {
+        let samples = try Fixtures.bad
+        #expect(samples.count == 28)
+        for sample in samples {
+            switch decoder.decode(key: sample.key, value: sample.value) {
+            case .success(let update):
+                Issue.record("bad sample accepted as \(update): \(String(decoding: sample.value.prefix(120), as: UTF8.self))")
+            case .failure(let rejection):
+                #expect(rejection.reason.rawValue == sample.reason,
+                        "\(String(decoding: sample.value.prefix(120), as: UTF8.self)): \(rejection.detail)")
+                #expect(!rejection.detail.isEmpty)
+            }
+        }
+    }
+
+    @Test func everyRejectionReasonOfTheContractIsCoveredBySamples() throws {
+        let reasons = Set(try Fixtures.bad.compactMap(\.reason))
+        #expect(reasons == Set(RejectionReason.allCases.map(\.rawValue)))
+    }
+
+    @Test func decodesFieldsAsTheContractSays() throws {
+        let samples = try Fixtures.good
+        let first = try decoder.decode(key: samples[0].key, value: samples[0].value).get()
+        #expect(first.vehicle == VehicleIdentity(kind: .vehicle, id: "veh-00001"))
+        #expect(first.fix == LocationFix(latitude: 37.422, longitude: -122.0841, recordedAtMilliseconds: 1_795_381_200_123,
+                                         heading: 90, speedMetersPerSecond: 12.5, accuracyMeters: 4))
+        // Epoch milliseconds, no key.
+        #expect(try decoder.decode(key: samples[1].key, value: samples[1].value).get().fix.recordedAtMilliseconds == 1_795_381_200_123)
+        // Offset time, heading 359.6 wraps to 0, altitude and sensor kept.
+        let fourth = try decoder.decode(key: samples[3].key, value: samples[3].value).get()
+        #expect(fourth.fix.recordedAtMilliseconds == 1_795_381_200_500)
+        #expect(fourth.fix.heading == 0)
+        #expect(fourth.fix.altitudeMeters == -12.5)
+        #expect(fourth.fix.sensor == .gps)
+        // Kind from the event.
+        let fifth = try decoder.decode(key: samples[4].key, value: samples[4].value).get()
+        #expect(fifth.vehicle.kind == .deliveryVehicle)
+        #expect(fifth.fix.sensor == .fused)
+        // null means absent; unknown fields are ignored.
+        #expect(try decoder.decode(key: samples[5].key, value: samples[5].value).get().fix.heading == nil)
+        // Non-ASCII ids and keys.
+        #expect(try decoder.decode(key: samples[6].key, value: samples[6].value).get().vehicle.id == "Fahrzeug-ü")
+    }
+
+    @Test func defaultKindComesFromConfiguration() throws {
+        let delivery = LocationEventDecoder(defaultKind: .deliveryVehicle, nowMilliseconds: { 1_795_381_260_000 })
+        let sample = try Fixtures.good[0]
+        #expect(try delivery.decode(key: sample.key, value: sample.value).get().vehicle.kind == .deliveryVehicle)
+    }
+
+    @Test func futureLimitIsFiveMinutes() {
+        func decode(_ recordedAt: Int64) -> Result<LocationUpdate, Rejection> {
+            decoder.decode(key: nil, value: Array("{\"vehicle_id\":\"v\",\"lat\":1,\"lng\":2,\"recorded_at\":\(recordedAt)}".utf8))
+        }
+        #expect((try? decode(1_795_381_260_000 + 300_000).get()) != nil)
+        guard case .failure(let rejection) = decode(1_795_381_260_000 + 300_001) else {
+            Issue.record("a fix 5 min + 1 ms ahead was accepted")
+            return
+        }
+        #expect(rejection.reason == .futureTimestamp)
+    }
+}

@@ -1,0 +1,128 @@
+import FleetAuth
+import FleetEngine
+import Kafka
+import Relay
+import Testing
+
+func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0, offset: Int64 = 0) -> PendingFix {
+    let record = KafkaRecord(topic: "t", partition: partition, offset: offset, key: nil, value: [])
+    return PendingFix(update: LocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: vehicle),
+                                             fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: milliseconds)),
+                      source: RecordSource(record))
+}
+
+@Suite struct CoalescerTests {
+    let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+
+    @Test func newestBecomesLastLocationAndOlderOnesPastLocationsOldestFirst() throws {
+        let fixes = [pendingFix("v", at: 300, offset: 1), pendingFix("v", at: 100, offset: 2), pendingFix("v", at: 200, offset: 3)]
+        let (request, stale) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 100)
+        let coalesced = try #require(request)
+        #expect(stale.isEmpty)
+        #expect(coalesced.update.lastLocation.recordedAtMilliseconds == 300)
+        #expect(coalesced.update.pastLocations.map(\.recordedAtMilliseconds) == [100, 200])
+        #expect(Set(coalesced.sources.map(\.offset)) == [1, 2, 3])
+    }
+
+    @Test func fixesNotNewerThanTheAcceptedOneAreStaleAndNeverSent() throws {
+        let fixes = [pendingFix("v", at: 100), pendingFix("v", at: 250), pendingFix("v", at: 200)]
+        let (request, stale) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: 200, pastLimit: 100)
+        #expect(stale.map(\.update.fix.recordedAtMilliseconds).sorted() == [100, 200])
+        #expect(request?.update.lastLocation.recordedAtMilliseconds == 250)
+        #expect(request?.update.pastLocations.isEmpty == true)
+        let (none, allStale) = Coalescer.coalesce(vehicle: vehicle, fixes: [pendingFix("v", at: 50)],
+                                                  newestAcceptedMilliseconds: 200, pastLimit: 100)
+        #expect(none == nil)
+        #expect(allStale.count == 1)
+    }
+
+    @Test func pastLocationsAreCappedKeepingTheNewestButEveryRecordIsCarried() throws {
+        let fixes = (1...10).map { pendingFix("v", at: Int64($0), offset: Int64($0)) }
+        let (request, _) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 3)
+        let coalesced = try #require(request)
+        #expect(coalesced.update.pastLocations.map(\.recordedAtMilliseconds) == [7, 8, 9])
+        #expect(coalesced.sources.count == 10)
+    }
+}
+
+@Suite struct OffsetTrackerTests {
+    let partition = TopicPartition(topic: "t", partition: 0)
+
+    func record(_ offset: Int64, generation: UInt64 = 1) -> KafkaRecord {
+        KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [], assignmentGeneration: generation)
+    }
+
+    @Test func commitsOnlyUpToTheFirstUnfinishedRecord() {
+        let tracker = OffsetTracker()
+        tracker.assign([partition], generation: 1)
+        for offset: Int64 in 10..<15 { #expect(tracker.register(record(offset))) }
+        #expect(tracker.committableOffsets().isEmpty)
+        tracker.finish(RecordSource(record(11)))
+        tracker.finish(RecordSource(record(12)))
+        #expect(tracker.committableOffsets().isEmpty, "a failed or slow record must not be skipped")
+        tracker.finish(RecordSource(record(10)))
+        #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 13)])
+        tracker.markCommitted(tracker.committableOffsets())
+        #expect(tracker.committableOffsets().isEmpty)
+        tracker.finish(RecordSource(record(14)))
+        tracker.finish(RecordSource(record(13)))
+        #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 15)])
+        #expect(tracker.outstanding == 0)
+    }
+
+    @Test func recordsFromAnEarlierAssignmentAreIgnored() {
+        let tracker = OffsetTracker()
+        tracker.assign([partition], generation: 1)
+        #expect(tracker.register(record(0)))
+        #expect(tracker.revoke([partition]).isEmpty)
+        tracker.assign([partition], generation: 2)
+        #expect(!tracker.register(record(1, generation: 1)))
+        #expect(tracker.register(record(1, generation: 2)))
+        tracker.finish(RecordSource(record(0, generation: 1)))
+        #expect(tracker.committableOffsets().isEmpty)
+        tracker.finish(RecordSource(record(1, generation: 2)))
+        #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 2)])
+    }
+
+    @Test func revokeReturnsTheFinalOffsetsToCommit() {
+        let tracker = OffsetTracker()
+        tracker.assign([partition], generation: 1)
+        for offset: Int64 in 0..<3 { _ = tracker.register(record(offset)) }
+        tracker.finish(RecordSource(record(0)))
+        #expect(tracker.revoke([partition]) == [TopicPartitionOffset(partition, offset: 1)])
+        #expect(tracker.assignedPartitions.isEmpty)
+    }
+
+    @Test func staysCorrectOverManyRecords() {
+        let tracker = OffsetTracker()
+        tracker.assign([partition], generation: 1)
+        for offset in 0..<20_000 { _ = tracker.register(record(Int64(offset))) }
+        for offset in stride(from: 19_999, through: 1, by: -1) { tracker.finish(RecordSource(record(Int64(offset)))) }
+        #expect(tracker.committableOffsets().isEmpty)
+        tracker.finish(RecordSource(record(0)))
+        #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 20_000)])
+    }
+}
+
+@Suite struct BatcherAndRetryTests {
+    @Test func batchesBySizeAndByLinger() {
+        let batcher = Batcher(maximumSize: 3, linger: .milliseconds(100))
+        let start = ContinuousClock.now
+        #expect(batcher.add(pendingFix("a", at: 1), now: start) == nil)
+        #expect(batcher.add(pendingFix("b", at: 1), now: start) == nil)
+        #expect(batcher.add(pendingFix("c", at: 1), now: start)?.count == 3)
+        #expect(batcher.add(pendingFix("d", at: 1), now: start) == nil)
+        #expect(batcher.takeIfLingered(now: start + .milliseconds(99)) == nil)
+        #expect(batcher.takeIfLingered(now: start + .milliseconds(100))?.count == 1)
+        #expect(batcher.takeAll().isEmpty)
+    }
+
+    @Test func backoffIsFullJitterCappedAndHonoursRetryAfter() {
+        let policy = RetryPolicy(initialDelay: .milliseconds(200), maximumDelay: .seconds(10))
+        #expect(policy.delay(attempt: 0, random: { $0.upperBound }) == .milliseconds(200))
+        #expect(policy.delay(attempt: 3, random: { $0.upperBound }) == .milliseconds(1600))
+        #expect(policy.delay(attempt: 20, random: { $0.upperBound }) == .seconds(10))
+        #expect(policy.delay(attempt: 5, random: { $0.lowerBound }) == .zero)
+        #expect(policy.delay(attempt: 0, retryAfterSeconds: 3, random: { $0.upperBound }) == .seconds(3))
+    }
+}

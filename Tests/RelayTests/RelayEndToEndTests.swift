@@ -1,0 +1,163 @@
+import FleetAuth
+import FleetEngine
+import Foundation
+import JSON
+import Kafka
+import Relay
+import Testing
+
+/// The relay against real peers: librdkafka's mock cluster and the emulator.
+/// Serialized: each test runs a cluster, a consumer group and HTTP traffic.
+@Suite(.serialized) struct RelayEndToEndTests {
+    @Test func deliversEveryVehiclesNewestFixAndCommitsToTheEnd() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        let generated = GeneratedEvents(vehicles: 200, fixesPerVehicle: 50)
+        #expect(generated.events.count == 10_000)
+        try await harness.produce(generated.events.map(\.record))
+        let newest = generated.newest
+
+        let first = try harness.startRelay(group: "relay")
+        try await eventually("every record is finished") { first.relay.statistics.snapshot.finished == 10_000 }
+        try await eventually("the emulator holds every vehicle's newest fix") {
+            newest.allSatisfy { id, event in
+                harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt
+            }
+        }
+        try await first.stop()
+
+        let totals = first.relay.statistics.snapshot
+        #expect(totals.consumed == 10_000)
+        #expect(totals.accepted + totals.superseded == 10_000)
+        #expect(totals.deadLettered == 0)
+        #expect(totals.stale == 0)
+        let vehicles = harness.emulator.vehicles
+        #expect(vehicles.count == 200)
+        #expect(vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+        for (id, event) in newest {
+            let stored = try #require(vehicles[VehicleIdentity(kind: .vehicle, id: id)])
+            let point = stored.lastLocation["supplementalLocation"]
+            #expect(point?["latitude"]?.numberValue == event.latitude)
+            #expect(point?["longitude"]?.numberValue == event.longitude)
+        }
+        // Coalescing: far fewer requests than events, yet every fix reached Fleet Engine.
+        #expect(harness.emulator.statistics.locationsReceived == 10_000)
+        #expect(totals.requestsAccepted < 10_000)
+
+        let end = try await harness.endOffsets()
+        let committed = try await harness.committedOffsets(group: "relay")
+        for partition in 0..<Int32(4) {
+            #expect(committed[partition] == .some(end[partition]), "partition \(partition)")
+        }
+
+        // A second run in the same group starts at the committed offsets: it forwards
+        // only a record produced after it joined.
+        let requestsBefore = harness.emulator.statistics.requests
+        let second = try harness.startRelay(group: "relay")
+        try await eventually("the second relay owns every partition") { second.relay.assignedPartitions.count == 4 }
+        let sentinel = GeneratedEvents(vehicles: 1, fixesPerVehicle: 1, prefix: "sentinel-")
+        try await harness.produce(sentinel.events.map(\.record))
+        try await eventually("the sentinel arrives") {
+            harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "sentinel-0")) != nil
+        }
+        try await eventually("the sentinel is finished") { second.relay.statistics.snapshot.finished == 1 }
+        try await second.stop()
+        #expect(second.relay.statistics.snapshot.consumed == 1)
+        #expect(harness.emulator.statistics.requests == requestsBefore + 1)
+        await harness.shutdown()
+    }
+
+    @Test func deadLettersEveryBadRecordWithItsReasonAndDeliversEveryGoodOne() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        let bad = try Fixtures.bad
+        let good = try Fixtures.good
+        let generated = GeneratedEvents(vehicles: 50, fixesPerVehicle: 20)
+        var records = generated.events.prefix(1000 - bad.count - good.count).map(\.record)
+        let generatedCount = records.count
+        // Spread the contract's samples through the stream.
+        for (index, sample) in (bad.map { ($0.key, $0.value) } + good.map { ($0.key, $0.value) }).enumerated() {
+            records.insert((sample.0, sample.1), at: min(records.count, index * 29))
+        }
+        #expect(records.count == 1000)
+        try await harness.produce(records)
+
+        let running = try harness.startRelay(group: "relay")
+        try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 1000 }
+        try await running.stop()
+
+        let totals = running.relay.statistics.snapshot
+        #expect(totals.deadLettered == bad.count)
+        #expect(totals.accepted + totals.superseded + totals.stale == generatedCount + good.count)
+
+        let letters = try await harness.readDeadLetters(count: bad.count)
+        #expect(letters.count == bad.count)
+        var expected = Dictionary(grouping: bad, by: { $0.value }).mapValues { $0.map(\.reason) }
+        for letter in letters {
+            let reason = try #require(letter.header("fleet-relay-error"))
+            #expect(expected[letter.value]?.first == reason, "dead letter with reason \(reason)")
+            expected[letter.value]?.removeFirst()
+            #expect(!(letter.header("fleet-relay-detail") ?? "").isEmpty)
+            let source = try #require(letter.header("fleet-relay-source"))
+            #expect(source.hasPrefix(harness.topic + "/"))
+            #expect(source.split(separator: "/").count == 3)
+        }
+        #expect(expected.values.allSatisfy { $0.isEmpty }, "every bad record was dead-lettered exactly once")
+
+        for (id, event) in generated.newest where generated.events.prefix(generatedCount).contains(where: { $0.vehicle == id }) {
+            let lastSent = generated.events.prefix(generatedCount).filter { $0.vehicle == id }.map(\.recordedAt).max()
+            #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == lastSent,
+                    "vehicle \(id) (newest generated \(event.recordedAt))")
+        }
+        for id in ["veh-00001", "veh-00002", "veh-00003", "veh-00004", "veh-00006", "Fahrzeug-ü"] {
+            #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id)) != nil, "sample \(id)")
+        }
+        #expect(harness.emulator.vehicle(VehicleIdentity(kind: .deliveryVehicle, id: "veh-00005")) != nil)
+
+        let end = try await harness.endOffsets()
+        let committed = try await harness.committedOffsets(group: "relay")
+        #expect((0..<Int32(4)).allSatisfy { committed[$0] == .some(end[$0]) })
+        await harness.shutdown()
+    }
+
+    @Test func retriesTransientFailuresAndLosesNothing() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        harness.emulator.injectFaults(.init(status: 503, retryAfter: "0"), count: 15)
+        harness.emulator.injectFaults(.init(status: 429), count: 5)
+        let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 10)
+        try await harness.produce(generated.events.map(\.record))
+
+        let running = try harness.startRelay(group: "relay")
+        try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 200 }
+        try await running.stop()
+        let totals = running.relay.statistics.snapshot
+        #expect(totals.deadLettered == 0)
+        #expect(totals.retries >= 20)
+        #expect(harness.emulator.statistics.responsesByStatus[503] == 15)
+        for (id, event) in generated.newest {
+            #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt)
+        }
+        #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+        await harness.shutdown()
+    }
+
+    @Test func tokensFleetEngineRefusesAreRetriedOnceThenDeadLettered() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let strangerKey = try ServiceAccountKey.parse(Array(ServiceAccountKey.generateKeyFileJSON(
+            projectId: harness.key.projectId, clientEmail: harness.key.clientEmail,
+            privateKeyId: harness.key.privateKeyId)!.utf8), source: "stranger")
+        let generated = GeneratedEvents(vehicles: 3, fixesPerVehicle: 2)
+        try await harness.produce(generated.events.map(\.record))
+
+        let running = try harness.startRelay(group: "relay", signingKey: strangerKey)
+        try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 6 }
+        try await running.stop()
+        #expect(running.relay.statistics.snapshot.deadLettered == 6)
+        // Each vehicle's request was tried twice: once, and once more with a fresh token.
+        #expect(harness.emulator.statistics.responsesByStatus[401] == 6)
+        let letters = try await harness.readDeadLetters(count: 6)
+        #expect(letters.map { $0.header("fleet-relay-error") } == Array(repeating: "unauthenticated", count: 6))
+        let end = try await harness.endOffsets()
+        let committed = try await harness.committedOffsets(group: "relay")
+        #expect(committed[0] == .some(end[0]))
+        await harness.shutdown()
+    }
+}

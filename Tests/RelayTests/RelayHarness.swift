@@ -1,0 +1,176 @@
+import FleetAuth
+import FleetEngine
+import FleetEngineEmulator
+import Foundation
+import Kafka
+import Logging
+import Relay
+import ServiceLifecycle
+
+/// A mock Kafka cluster, an in-process Fleet Engine emulator and a key: the
+/// real peers the relay talks to, on loopback.
+final class RelayHarness: Sendable {
+    let cluster: KafkaMockCluster
+    let topic: String
+    let partitions: Int
+    let key: ServiceAccountKey
+    let emulator: FleetEngineEmulator
+    let emulatorURL: String
+    let logger: Logger
+
+    static let keyFileJSON = ServiceAccountKey.generateKeyFileJSON(
+        projectId: "harness-project", clientEmail: "relay@harness-project.iam.gserviceaccount.com",
+        privateKeyId: "harness-kid")!
+    static let sharedKey = try! ServiceAccountKey.parse(Array(keyFileJSON.utf8), source: "harness key")
+
+    /// The harness's key as a key file, for the command line.
+    func writeKeyFile() -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString).json").path
+        FileManager.default.createFile(atPath: path, contents: Data(Self.keyFileJSON.utf8), attributes: [.posixPermissions: 0o600])
+        return path
+    }
+
+    init(partitions: Int = 4, requireExistingVehicles: Bool = false) async throws {
+        var logger = Logger(label: "relay-test")
+        logger.logLevel = ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .error
+        self.logger = logger
+        self.cluster = try KafkaMockCluster(brokers: 3, logger: logger)
+        self.topic = "locations-\(UUID().uuidString.prefix(8))"
+        self.partitions = partitions
+        try cluster.createTopic(topic, partitions: partitions)
+        try cluster.createTopic(topic + ".dlq", partitions: 1)
+        self.key = Self.sharedKey
+        self.emulator = FleetEngineEmulator(key: key, provider: key.projectId, requireExistingVehicles: requireExistingVehicles)
+        self.emulatorURL = try await emulator.start()
+    }
+
+    /// A short session timeout: the mock cluster lets a new member wait that long
+    /// for members that left before it completes a rebalance.
+    var kafka: KafkaConfiguration {
+        KafkaConfiguration(bootstrapServers: cluster.bootstrapServers,
+                           extra: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"])
+    }
+
+    func produce(_ records: [(key: [UInt8]?, value: [UInt8])]) async throws {
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        for record in records { try producer.enqueue(topic: topic, key: record.key, value: record.value) }
+        let flushed = await producer.flush(timeout: .seconds(60))
+        let failed = producer.failedDeliveries
+        await producer.close()
+        guard flushed, failed == 0 else { throw FixtureError(message: "produce failed: \(failed) undelivered") }
+    }
+
+    /// A relay running under a ServiceGroup, as the command line runs it.
+    struct RunningRelay: Sendable {
+        let relay: RelayService
+        let group: ServiceGroup
+        let task: Task<Void, any Error>
+        let client: FleetEngineClient
+
+        /// Graceful shutdown (what SIGTERM does), then waits for the relay to stop.
+        func stop() async throws {
+            await group.triggerGracefulShutdown()
+            try await task.value
+            await client.shutdown()
+        }
+    }
+
+    func startRelay(group: String, signingKey: ServiceAccountKey? = nil,
+                    configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
+        var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group, batchLinger: .milliseconds(20),
+                                               retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
+        configure(&configuration)
+        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))
+        let relay = try RelayService(configuration: configuration, client: client,
+                                     tokens: TokenCache(signer: LocalKeySigner(key: signingKey ?? key)), logger: logger)
+        let serviceGroup = ServiceGroup(services: [relay], logger: logger)
+        let task = Task { try await serviceGroup.run() }
+        return RunningRelay(relay: relay, group: serviceGroup, task: task, client: client)
+    }
+
+    func committedOffsets(group: String) async throws -> [Int32: Int64?] {
+        try await KafkaInspector(configuration: kafka, group: group, logger: logger)
+            .committedOffsets(topic: topic, partitions: partitions)
+    }
+
+    func endOffsets() async throws -> [Int32: Int64] {
+        try await KafkaInspector(configuration: kafka, group: "inspector", logger: logger)
+            .highWatermarks(topic: topic, partitions: partitions)
+    }
+
+    /// Reads the dead-letter topic from the start until `count` records arrived.
+    func readDeadLetters(count: Int) async throws -> [KafkaRecord] {
+        var configuration = kafka
+        configuration["group.id"] = "dlq-reader-\(UUID().uuidString.prefix(8))"
+        let consumer = try KafkaConsumer(configuration: configuration, topics: [topic + ".dlq"], logger: logger)
+        var records: [KafkaRecord] = []
+        let deadline = ContinuousClock.now + .seconds(90)
+        let reader = Task {
+            var collected: [KafkaRecord] = []
+            for await chunk in consumer.records {
+                collected += chunk
+                if collected.count >= count { break }
+            }
+            return collected
+        }
+        let watchdog = Task {
+            try await Task.sleep(until: deadline)
+            reader.cancel()
+        }
+        records = await reader.value
+        watchdog.cancel()
+        await consumer.close()
+        return records
+    }
+
+    func shutdown() async {
+        await emulator.shutdown()
+    }
+}
+
+/// Waits until `condition` holds, checking every 50 ms, for at most `timeout`
+/// (generous: shared CI machines are slow). Throws when it never holds.
+func eventually(_ what: String, timeout: Duration = .seconds(120),
+                _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw FixtureError(message: "timed out waiting until \(what)")
+}
+
+/// Location events with increasing times: `fixesPerVehicle` per vehicle, interleaved.
+struct GeneratedEvents {
+    struct Event {
+        let vehicle: String
+        let latitude: Double
+        let longitude: Double
+        let recordedAt: Int64
+        var json: String {
+            "{\"vehicle_id\":\"\(vehicle)\",\"lat\":\(latitude),\"lng\":\(longitude),\"recorded_at\":\"\(RFC3339.format(milliseconds: recordedAt))\",\"speed_mps\":8.5}"
+        }
+        var record: (key: [UInt8]?, value: [UInt8]) { (Array(vehicle.utf8), Array(json.utf8)) }
+    }
+
+    let events: [Event]
+
+    init(vehicles: Int, fixesPerVehicle: Int, prefix: String = "veh-") {
+        let start = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - 60_000
+        var events: [Event] = []
+        for step in 0..<fixesPerVehicle {
+            for index in 0..<vehicles {
+                events.append(Event(vehicle: "\(prefix)\(index)", latitude: 37 + Double(step) / 1000,
+                                    longitude: -122 - Double(index) / 1000, recordedAt: start + Int64(step) * 1000 + Int64(index)))
+            }
+        }
+        self.events = events
+    }
+
+    /// Each vehicle's newest event.
+    var newest: [String: Event] {
+        events.reduce(into: [:]) { newest, event in
+            if (newest[event.vehicle]?.recordedAt ?? .min) < event.recordedAt { newest[event.vehicle] = event }
+        }
+    }
+}
