@@ -65,7 +65,7 @@ let package = Package(
         ),
         .target(
             name: "FleetSimulator",
-            dependencies: ["Kafka", "FleetEngine", "JSON"]
+            dependencies: ["Kafka", "FleetAuth", "FleetEngine", "JSON"]
         ),
         .executableTarget(
             name: "fleet-relay",

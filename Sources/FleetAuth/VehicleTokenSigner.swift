@@ -25,14 +25,4 @@ public protocol VehicleTokenSigner: Sendable {
 /// The current time in whole seconds since the epoch; injectable for tests.
 public typealias EpochClock = @Sendable () -> Int64
 
-public let systemEpochClock: EpochClock = {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return Int64(now.tv_sec)
-}
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+public let systemEpochClock: EpochClock = { WallClock.nowMilliseconds() / 1000 }

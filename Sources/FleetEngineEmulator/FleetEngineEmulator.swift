@@ -19,6 +19,9 @@ public final class FleetEngineEmulator: Sendable {
         public var pastLocationsReceived = 0
         /// Accepted updates whose `lastLocation` was older than the one held: a relay bug.
         public var backwardsUpdates = 0
+        /// Every fix time received for the vehicle (last and past locations), when
+        /// the emulator records history: lets tests prove that nothing was lost.
+        public var receivedFixTimes: Set<Int64> = []
     }
 
     /// Counters over every request served.
@@ -26,6 +29,26 @@ public final class FleetEngineEmulator: Sendable {
         public var requests = 0
         public var responsesByStatus: [Int: Int] = [:]
         public var locationsReceived = 0
+    }
+
+    /// Faults applied to every update request, by chance or by vehicle.
+    public struct FaultPlan: Sendable {
+        /// Share of update requests answered 503 UNAVAILABLE.
+        public var failRate: Double
+        /// Share of update requests answered 429 RESOURCE_EXHAUSTED with `Retry-After: 1`.
+        public var throttleRate: Double
+        /// Delay added before answering each request.
+        public var latency: Duration
+        /// Vehicles answered 404 NOT_FOUND.
+        public var rejectedVehicles: Set<String>
+
+        public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
+                    rejectedVehicles: Set<String> = []) {
+            self.failRate = failRate
+            self.throttleRate = throttleRate
+            self.latency = latency
+            self.rejectedVehicles = rejectedVehicles
+        }
     }
 
     /// A fault to answer instead of processing, for retry tests.
@@ -42,10 +65,13 @@ public final class FleetEngineEmulator: Sendable {
         var vehicles: [VehicleIdentity: Vehicle] = [:]
         var statistics = Statistics()
         var faults: [InjectedFault] = []
+        var plan = FaultPlan()
+        var downUntil: ContinuousClock.Instant?
     }
 
     public let provider: String
     public let requireExistingVehicles: Bool
+    public let recordsHistory: Bool
     private let verifier: TokenVerifier
     private let state = Mutex(State())
     private let server = Mutex<HTTPServer?>(nil)
@@ -54,10 +80,12 @@ public final class FleetEngineEmulator: Sendable {
     ///   - key: the service account whose tokens are accepted (its public half verifies them).
     ///   - requireExistingVehicles: answer 404 for vehicles not created with `createVehicle`,
     ///     as Fleet Engine does; off by default so demos need no provisioning step.
+    ///   - recordsHistory: keep every received fix time per vehicle (tests; memory grows with traffic).
     public init(key: ServiceAccountKey, provider: String, requireExistingVehicles: Bool = false,
-                clock: @escaping EpochClock = systemEpochClock) {
+                recordsHistory: Bool = false, clock: @escaping EpochClock = systemEpochClock) {
         self.provider = provider
         self.requireExistingVehicles = requireExistingVehicles
+        self.recordsHistory = recordsHistory
         self.verifier = TokenVerifier(publicKey: key.privateKey, keyId: key.privateKeyId,
                                       serviceAccount: key.clientEmail, clock: clock)
     }
@@ -66,7 +94,9 @@ public final class FleetEngineEmulator: Sendable {
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0) async throws -> String {
         let server = try await HTTPServer.start(host: host, port: port) { [self] request in
-            self.handle(request)
+            let latency = state.withLock { $0.plan.latency }
+            if latency > .zero { try? await Task.sleep(for: latency) }
+            return self.handle(request)
         }
         self.server.withLock { $0 = server }
         return server.baseURL
@@ -104,6 +134,16 @@ public final class FleetEngineEmulator: Sendable {
         state.withLock { $0.faults += Array(repeating: fault, count: count) }
     }
 
+    public var faultPlan: FaultPlan {
+        get { state.withLock { $0.plan } }
+        set { state.withLock { $0.plan = newValue } }
+    }
+
+    /// Answers every request 503 for `duration`, as during an outage.
+    public func goDown(for duration: Duration) {
+        state.withLock { $0.downUntil = .now + duration }
+    }
+
     // MARK: Serving
 
     func handle(_ request: HTTPRequest) -> HTTPResponse {
@@ -116,6 +156,9 @@ public final class FleetEngineEmulator: Sendable {
     }
 
     private func route(_ request: HTTPRequest) -> HTTPResponse {
+        if let downUntil = state.withLock({ $0.downUntil }), ContinuousClock.now < downUntil {
+            return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        }
         let segments = request.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         // ["", "v1", "providers", provider, collection, id]
         guard segments.count == 6, segments[0].isEmpty, segments[1] == "v1", segments[2] == "providers",
@@ -145,9 +188,12 @@ public final class FleetEngineEmulator: Sendable {
     }
 
     private func update(_ vehicle: VehicleIdentity, _ request: HTTPRequest) -> HTTPResponse {
-        if let fault = state.withLock({ $0.faults.isEmpty ? nil : $0.faults.removeFirst() }) {
-            return Self.error(fault.status, "UNAVAILABLE", "Injected fault.",
+        if let fault = nextFault(for: vehicle) {
+            return Self.error(fault.status, fault.status == 429 ? "RESOURCE_EXHAUSTED" : "UNAVAILABLE", "Injected fault.",
                               headers: fault.retryAfter.map { [("Retry-After", $0)] } ?? [])
+        }
+        if state.withLock({ $0.plan.rejectedVehicles.contains(vehicle.id) }) {
+            return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.")
         }
         let valid: UpdateBodyValidator.ValidUpdate
         do {
@@ -162,13 +208,28 @@ public final class FleetEngineEmulator: Sendable {
             current.lastLocation = valid.lastLocation
             current.locationTimeMilliseconds = valid.locationTimeMilliseconds
             current.updates += 1
-            current.pastLocationsReceived += valid.pastLocationCount
+            current.pastLocationsReceived += valid.pastLocationTimes.count
+            if recordsHistory {
+                current.receivedFixTimes.insert(valid.locationTimeMilliseconds)
+                current.receivedFixTimes.formUnion(valid.pastLocationTimes)
+            }
             state.vehicles[vehicle] = current
-            state.statistics.locationsReceived += 1 + valid.pastLocationCount
+            state.statistics.locationsReceived += 1 + valid.pastLocationTimes.count
             return current
         }
         guard let stored else { return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.") }
         return .json(200, representation(vehicle, stored))
+    }
+
+    /// A queued one-off fault first, else one drawn from the fault plan.
+    private func nextFault(for vehicle: VehicleIdentity) -> InjectedFault? {
+        state.withLock { state in
+            if !state.faults.isEmpty { return state.faults.removeFirst() }
+            let draw = Double.random(in: 0..<1)
+            if draw < state.plan.failRate { return InjectedFault(status: 503) }
+            if draw < state.plan.failRate + state.plan.throttleRate { return InjectedFault(status: 429, retryAfter: "1") }
+            return nil
+        }
     }
 
     private func representation(_ vehicle: VehicleIdentity, _ stored: Vehicle) -> String {

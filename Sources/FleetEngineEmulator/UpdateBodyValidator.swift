@@ -11,7 +11,8 @@ enum UpdateBodyValidator {
     struct ValidUpdate {
         let lastLocation: JSONValue
         let locationTimeMilliseconds: Int64
-        let pastLocationCount: Int
+        /// Times of the `pastLocations`, in the order sent.
+        let pastLocationTimes: [Int64]
     }
 
     static func validate(body: [UInt8], updateMask: String?) throws(Invalid) -> ValidUpdate {
@@ -26,18 +27,17 @@ enum UpdateBodyValidator {
             throw Invalid(message: "lastLocation is required.")
         }
         let time = try location(lastLocation, field: "lastLocation")
-        var pastCount = 0
+        var pastTimes: [Int64] = []
         if let past = document["pastLocations"] {
             guard mask.contains("past_locations") || mask.contains("pastLocations") else {
                 throw Invalid(message: "pastLocations is outside updateMask and would be ignored.")
             }
             guard let elements = past.arrayValue else { throw Invalid(message: "pastLocations must be an array.") }
             for (index, element) in elements.enumerated() {
-                _ = try location(element, field: "pastLocations[\(index)]")
+                pastTimes.append(try location(element, field: "pastLocations[\(index)]"))
             }
-            pastCount = elements.count
         }
-        return ValidUpdate(lastLocation: lastLocation, locationTimeMilliseconds: time, pastLocationCount: pastCount)
+        return ValidUpdate(lastLocation: lastLocation, locationTimeMilliseconds: time, pastLocationTimes: pastTimes)
     }
 
     /// Checks one `VehicleLocation` and returns its time.

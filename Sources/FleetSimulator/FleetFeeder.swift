@@ -1,5 +1,5 @@
+import FleetAuth
 import Kafka
-import FleetEngine
 
 /// Produces a simulated fleet's events to a Kafka topic at a steady rate,
 /// keyed by vehicle id, round-robin over the vehicles.
@@ -22,7 +22,7 @@ public struct FleetFeeder: Sendable {
     /// Returns the number of events produced.
     @discardableResult
     public func run(producer: KafkaProducer, duration: Duration? = nil,
-                    clock: @Sendable () -> Int64 = { FleetFeeder.nowMilliseconds() }) async throws -> Int {
+                    clock: @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) async throws -> Int {
         var fleet = SimulatedFleet(count: vehicles)
         let start = ContinuousClock.now
         let tick = Duration.milliseconds(100)
@@ -45,16 +45,4 @@ public struct FleetFeeder: Sendable {
         }
         return produced
     }
-
-    public static func nowMilliseconds() -> Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-    }
 }
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif

@@ -46,7 +46,7 @@ public struct LocationEventDecoder: Sendable {
     private let nowMilliseconds: @Sendable () -> Int64
 
     public init(defaultKind: VehicleKind = .vehicle,
-                nowMilliseconds: @escaping @Sendable () -> Int64 = { systemEpochClockMilliseconds() }) {
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) {
         self.defaultKind = defaultKind
         self.nowMilliseconds = nowMilliseconds
     }
@@ -222,16 +222,3 @@ private struct EventFields {
         Rejection(reason: .wrongType, detail: "\(name) must be \(expected), not \(value.typeName).")
     }
 }
-
-/// Wall-clock milliseconds since the epoch.
-public func systemEpochClockMilliseconds() -> Int64 {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
-}
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif

@@ -28,7 +28,34 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Flag(help: "Answer 404 for vehicles never created, as Fleet Engine does (default: create on first update).")
     var requireExistingVehicles = false
 
+    @Option(help: "Share (0–1) of update requests answered 503, to exercise retries.")
+    var failRate = 0.0
+
+    @Option(help: "Share (0–1) of update requests answered 429 with Retry-After: 1.")
+    var throttleRate = 0.0
+
+    @Option(help: "Milliseconds added before every answer.")
+    var latencyMs = 0
+
+    @Option(help: "Seconds after start at which an outage (--down-for) begins.")
+    var downAfter = 0.0
+
+    @Option(help: "Seconds of outage (every request answered 503). Default: none.")
+    var downFor: Double?
+
+    @Option(name: .customLong("reject-vehicle"), help: "A vehicle id answered 404 (repeatable).")
+    var rejectedVehicles: [String] = []
+
     @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        guard (0...1).contains(failRate), (0...1).contains(throttleRate), failRate + throttleRate <= 1 else {
+            throw ValidationError("--fail-rate and --throttle-rate must be from 0 to 1 and add up to at most 1")
+        }
+        guard latencyMs >= 0, downAfter >= 0, (downFor ?? 0) >= 0 else {
+            throw ValidationError("--latency-ms, --down-after and --down-for must not be negative")
+        }
+    }
 
     func run() async throws {
         logging.bootstrap()
@@ -42,6 +69,8 @@ struct EmulatorCommand: AsyncParsableCommand {
         }
         let emulator = FleetEngineEmulator(key: key, provider: provider ?? key.projectId,
                                            requireExistingVehicles: requireExistingVehicles)
+        emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
+                                   rejectedVehicles: Set(rejectedVehicles))
         let url: String
         do {
             url = try await emulator.start(host: host, port: port)
@@ -49,6 +78,14 @@ struct EmulatorCommand: AsyncParsableCommand {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }
         logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
+        let outage = downFor.map { downFor in
+            Task {
+                try await Task.sleep(for: .milliseconds(Int64(downAfter * 1000)))
+                logger.info("Outage for \(downFor) s begins")
+                emulator.goDown(for: .milliseconds(Int64(downFor * 1000)))
+            }
+        }
+        defer { outage?.cancel() }
         let services = ServiceGroup(configuration: .init(
             services: [WaitForShutdown()], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await services.run()

@@ -57,8 +57,12 @@ struct RunCommand: AsyncParsableCommand {
         ])
         let services = ServiceGroup(configuration: .init(
             services: [relay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        defer { Task { await client.shutdown() } }
-        try await services.run()
+        do {
+            try await services.run()
+        } catch {
+            await client.shutdown()
+            throw error
+        }
         await client.shutdown()
     }
 }

@@ -10,7 +10,7 @@ enum TestKeys {
 
     static func writeTemporaryFile(_ contents: String) -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-\(UUID().uuidString).json").path
-        FileManager.default.createFile(atPath: path, contents: Data(contents.utf8))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(contents.utf8))
         return path
     }
 }

@@ -26,7 +26,7 @@ final class RelayHarness: Sendable {
     /// The harness's key as a key file, for the command line.
     func writeKeyFile() -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString).json").path
-        FileManager.default.createFile(atPath: path, contents: Data(Self.keyFileJSON.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: Data(Self.keyFileJSON.utf8), attributes: [.posixPermissions: 0o600])
         return path
     }
 
