@@ -30,7 +30,7 @@ public final class KafkaConsumer: Sendable {
     private let handle: RDKafkaHandle
     private let context: ConsumerContext
     private let control: Mutex<Control>
-    private let blockingQueue = DispatchQueue(label: "fleet-relay.kafka.consumer.blocking")
+    private let blockingCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.blocking")
     private let logger: Logger
 
     private struct Control {
@@ -129,19 +129,19 @@ public final class KafkaConsumer: Sendable {
 
     /// Commits without blocking a Swift concurrency thread.
     public func commit(_ offsets: [TopicPartitionOffset]) async throws {
-        try await onBlockingQueue { () throws(KafkaError) in try self.commitSync(offsets) }
+        try await blockingCalls.run { () throws(KafkaError) in try self.commitSync(offsets) }
     }
 
     /// The group's committed offsets for the given partitions (-1001 when none).
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartitionOffset] {
-        try await onBlockingQueue { () throws(KafkaError) in
+        try await blockingCalls.run { () throws(KafkaError) in
             try RDKafkaQueries.committed(self.handle.pointer, partitions, timeout: timeout)
         }
     }
 
     /// Low and high watermarks of a partition as the broker reports them.
     public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
-        try await onBlockingQueue { () throws(KafkaError) in
+        try await blockingCalls.run { () throws(KafkaError) in
             try RDKafkaQueries.watermarks(self.handle.pointer, partition, timeout: timeout)
         }
     }
@@ -157,18 +157,6 @@ public final class KafkaConsumer: Sendable {
                 return false
             }
             if alreadyStopped { continuation.resume() }
-        }
-    }
-
-    private func onBlockingQueue<T: Sendable>(_ work: @escaping @Sendable () throws(KafkaError) -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            blockingQueue.async {
-                do throws(KafkaError) {
-                    continuation.resume(returning: try work())
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
         }
     }
 

@@ -9,7 +9,7 @@ import Logging
 public final class KafkaInspector: Sendable {
     private let handle: RDKafkaHandle
     private let context: RDKafkaClientContext
-    private let queue = DispatchQueue(label: "fleet-relay.kafka.inspector")
+    private let blockingCalls = BlockingCallQueue(label: "fleet-relay.kafka.inspector")
 
     public init(configuration: KafkaConfiguration, group: String, logger: Logger) throws(KafkaError) {
         var properties = configuration.properties
@@ -27,7 +27,7 @@ public final class KafkaInspector: Sendable {
     }
 
     public func partitionCount(topic: String, timeout: Duration = .seconds(10)) async throws -> Int {
-        try await blocking { () throws(KafkaError) in
+        try await blockingCalls.run { () throws(KafkaError) in
             try RDKafkaQueries.partitionCount(self.handle.pointer, topic: topic, timeout: timeout)
         }
     }
@@ -35,7 +35,7 @@ public final class KafkaInspector: Sendable {
     /// Committed offset per partition; nil where the group has committed nothing.
     public func committedOffsets(topic: String, partitions: Int, timeout: Duration = .seconds(10)) async throws -> [Int32: Int64?] {
         let list = (0..<Int32(partitions)).map { TopicPartition(topic: topic, partition: $0) }
-        let entries = try await blocking { () throws(KafkaError) in
+        let entries = try await blockingCalls.run { () throws(KafkaError) in
             try RDKafkaQueries.committed(self.handle.pointer, list, timeout: timeout)
         }
         return Dictionary(uniqueKeysWithValues: entries.map {
@@ -48,22 +48,10 @@ public final class KafkaInspector: Sendable {
         var result: [Int32: Int64] = [:]
         for partition in 0..<Int32(partitions) {
             let topicPartition = TopicPartition(topic: topic, partition: partition)
-            result[partition] = try await blocking { () throws(KafkaError) in
+            result[partition] = try await blockingCalls.run { () throws(KafkaError) in
                 try RDKafkaQueries.watermarks(self.handle.pointer, topicPartition, timeout: timeout).high
             }
         }
         return result
-    }
-
-    private func blocking<T: Sendable>(_ work: @escaping @Sendable () throws(KafkaError) -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async {
-                do throws(KafkaError) {
-                    continuation.resume(returning: try work())
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
-        }
     }
 }

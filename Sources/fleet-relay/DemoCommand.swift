@@ -94,6 +94,10 @@ struct DemoSideshow: Service {
     let duration: Duration?
 
     func run() async throws {
+        try await cancelWhenGracefulShutdown { await feedAndReport() }
+    }
+
+    private func feedAndReport() async {
         let start = ContinuousClock.now
         await withDiscardingTaskGroup { group in
             group.addTask { _ = try? await feeder.run(producer: producer, duration: duration) }

@@ -1,6 +1,7 @@
 import FleetAuth
 import Foundation
 import Kafka
+import Synchronization
 import Testing
 
 /// The `fleet-relay` binary as an operator runs it: flags, environment, errors,
@@ -20,6 +21,7 @@ import Testing
         let process = Process()
         let stdout = Pipe()
         let stderr = Pipe()
+        private let seenOutput = Mutex("")
 
         init(_ arguments: [String], environment: [String: String] = [:]) throws {
             process.executableURL = CommandLineTests.binary
@@ -31,6 +33,16 @@ import Testing
             process.standardError = stderr
             try process.run()
         }
+
+        /// Collects standard output as it arrives, for `output`; `finish` then returns only what follows.
+        func watchOutput() {
+            stdout.fileHandleForReading.readabilityHandler = { [self] handle in
+                let text = String(decoding: handle.availableData, as: UTF8.self)
+                self.seenOutput.withLock { $0 += text }
+            }
+        }
+
+        var output: String { seenOutput.withLock { $0 } }
 
         func finish() async -> Finished {
             let out = Task.detached { String(decoding: self.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
@@ -96,6 +108,24 @@ import Testing
                                     environment: ["FLEET_RELAY_MAX_IN_FLIGHT": "lots"])
         #expect(invalid.status != 0)
         #expect(invalid.stderr.contains("max-in-flight"))
+    }
+
+    @Test func demoForwardsAndStopsCleanlyOnSIGINT() async throws {
+        let demo = try RunningProcess(["demo", "--vehicles", "50"])
+        demo.watchOutput()
+        try await eventually("the demo forwards locations") {
+            demo.output.split(separator: "\n").contains { $0.contains("in Fleet Engine") && !$0.contains(" 0 in Fleet Engine") }
+        }
+        demo.process.interrupt()  // SIGINT, as Ctrl-C
+        do {
+            try await eventually("the demo exits after SIGINT", timeout: .seconds(60)) { !demo.process.isRunning }
+        } catch {
+            kill(demo.process.processIdentifier, SIGKILL)
+            throw error
+        }
+        #expect(demo.process.terminationStatus == 0)
+        let summary = try #require(demo.output.split(separator: "\n").last { $0.hasPrefix("stopped: ") })
+        #expect(summary.hasSuffix("50 vehicles in the emulator"))
     }
 
     /// Done-when of the spine: the binary, pointed at a broker and a token-checking
