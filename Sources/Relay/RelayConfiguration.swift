@@ -19,12 +19,21 @@ public struct RelayConfiguration: Sendable {
     public var commitInterval: Duration
     public var shutdownTimeout: Duration
     public var retryPolicy: RetryPolicy
+    /// How long a request may keep failing transiently before its records are
+    /// dead-lettered; nil retries for as long as the process runs.
+    public var retryDeadline: Duration?
+    /// How long a revoke waits for the revoked partitions' in-flight work before committing.
+    public var revokeDrainTimeout: Duration
+    /// Fixes of a vehicle arriving sooner than this after its last request wait and are coalesced.
+    public var minimumIntervalPerVehicle: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
                 defaultKind: VehicleKind = .vehicle, batchSize: Int = 500, batchLinger: Duration = .milliseconds(100),
                 maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
-                shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy()) {
+                shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
+                retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(5),
+                minimumIntervalPerVehicle: Duration = .zero) {
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -38,5 +47,8 @@ public struct RelayConfiguration: Sendable {
         self.commitInterval = commitInterval
         self.shutdownTimeout = shutdownTimeout
         self.retryPolicy = retryPolicy
+        self.retryDeadline = retryDeadline
+        self.revokeDrainTimeout = revokeDrainTimeout
+        self.minimumIntervalPerVehicle = minimumIntervalPerVehicle
     }
 }

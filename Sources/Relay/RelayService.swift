@@ -5,6 +5,10 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The relay: consume → decode → batch → coalesce per vehicle → sign → send →
 /// commit. A `Service` for ServiceLifecycle: graceful shutdown stops fetching,
 /// drains in-flight work for up to `shutdownTimeout`, commits what finished and
@@ -24,6 +28,8 @@ public final class RelayService: Service, Sendable {
     private let producer: KafkaProducer
     private let logger: Logger
     private let consumerState = Mutex<KafkaConsumer?>(nil)
+    /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
+    private let drained = Atomic<Bool>(false)
 
     public init(configuration: RelayConfiguration, client: FleetEngineClient, tokens: TokenCache,
                 logger: Logger) throws(KafkaError) {
@@ -36,9 +42,12 @@ public final class RelayService: Service, Sendable {
         self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
                                             retryPolicy: configuration.retryPolicy, logger: logger)
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
-                                         statistics: statistics, logger: logger)
+                                         retryDeadline: configuration.retryDeadline, statistics: statistics, logger: logger)
         let (tracker, statistics) = (self.tracker, self.statistics)
-        self.dispatcher = VehicleDispatcher(pastLimit: configuration.pastLocationsLimit) { staleFixes in
+        self.dispatcher = VehicleDispatcher(
+            pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
+            isCurrent: { tracker.owns($0) }
+        ) { staleFixes in
             for fix in staleFixes { tracker.finish(fix.source) }
             statistics.stale.add(staleFixes.count, ordering: .relaxed)
         }
@@ -78,17 +87,32 @@ public final class RelayService: Service, Sendable {
         var kafka = configuration.kafka
         kafka["group.id"] = configuration.group
         let (tracker, statistics, logger) = (self.tracker, self.statistics, self.logger)
-        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { event in
+        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { [self] event in
             switch event {
             case .assigned(let partitions, let generation):
                 tracker.assign(partitions, generation: generation)
                 return []
-            case .revoked(let partitions, _):
+            case .revoked(let partitions, let lost):
+                if !lost { waitForInFlightWork(in: partitions) }
                 return tracker.revoke(partitions)
             }
         } committedOnRevoke: { offsets in
             statistics.commits.add(1, ordering: .relaxed)
             logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
+        }
+    }
+
+    /// Runs on the poll thread inside the revoke callback: gives the revoked partitions'
+    /// in-flight work up to `revokeDrainTimeout` to finish so that its offsets are
+    /// committed before another member takes over; what is left is abandoned uncommitted.
+    private func waitForInFlightWork(in partitions: [TopicPartition]) {
+        let deadline = ContinuousClock.now + configuration.revokeDrainTimeout
+        while !drained.load(ordering: .relaxed), tracker.outstanding(in: partitions) > 0, ContinuousClock.now < deadline {
+            usleep(5000)
+        }
+        let left = tracker.outstanding(in: partitions)
+        if left > 0, !drained.load(ordering: .relaxed) {
+            logger.warning("Revoke: \(left) records still in flight after \(configuration.revokeDrainTimeout); left uncommitted")
         }
     }
 
@@ -128,7 +152,10 @@ public final class RelayService: Service, Sendable {
 
     private func work() async {
         while let request = await dispatcher.nextRequest() {
-            let outcome = await forwarder.deliver(request.update)
+            let tracker = self.tracker
+            let outcome = await forwarder.deliver(request.update) {
+                request.sources.contains { tracker.owns($0) }
+            }
             let acceptedAt = outcome == .accepted ? request.update.lastLocation.recordedAtMilliseconds : nil
             await dispatcher.complete(request, acceptedMilliseconds: acceptedAt)
             settle(request, outcome)
@@ -163,6 +190,7 @@ public final class RelayService: Service, Sendable {
         var sinceCommit = Duration.zero
         while !Task.isCancelled {
             if let batch = batcher.takeIfLingered() { await dispatcher.submit(batch) }
+            await dispatcher.releaseDeferred()
             applyFlowControl(consumer)
             if sinceCommit >= configuration.commitInterval {
                 await commit(consumer)
@@ -213,6 +241,7 @@ public final class RelayService: Service, Sendable {
         }
         await processing.value
         watchdog.cancel()
+        drained.store(true, ordering: .relaxed)
     }
 
     private func logSummary() {

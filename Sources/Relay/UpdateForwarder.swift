@@ -7,7 +7,8 @@ public enum DeliveryOutcome: Sendable, Equatable {
     case accepted
     /// Fleet Engine refused it for good: dead-letter the records with this reason.
     case rejected(reason: String, detail: String)
-    /// Shutdown interrupted it: leave the records unfinished (consumed again after restart).
+    /// Shutdown interrupted it, or its partitions moved to another consumer: leave
+    /// the records unfinished (consumed again by whoever owns them next).
     case abandoned
 }
 
@@ -18,27 +19,38 @@ public struct UpdateForwarder: Sendable {
     let client: FleetEngineClient
     let tokens: TokenCache
     let retryPolicy: RetryPolicy
+    let retryDeadline: Duration?
     let statistics: RelayStatistics
     let logger: Logger
 
-    public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy,
+    public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
                 statistics: RelayStatistics, logger: Logger) {
         self.client = client
         self.tokens = tokens
         self.retryPolicy = retryPolicy
+        self.retryDeadline = retryDeadline
         self.statistics = statistics
         self.logger = logger
     }
 
-    public func deliver(_ update: VehicleLocationUpdate) async -> DeliveryOutcome {
+    /// - Parameter stillOwned: false once the records' partitions were revoked: retrying
+    ///   then would race the new owner and could move the vehicle backwards.
+    public func deliver(_ update: VehicleLocationUpdate, stillOwned: () -> Bool = { true }) async -> DeliveryOutcome {
         var reauthenticated = false
         var attempt = 0
-        while !Task.isCancelled {
+        let giveUpAt = retryDeadline.map { ContinuousClock.now + $0 }
+        var lastCause = ""
+        while !Task.isCancelled, stillOwned() {
+            if let giveUpAt, attempt > 0, ContinuousClock.now >= giveUpAt {
+                return .rejected(reason: "retry_deadline_exceeded",
+                                 detail: "Gave up after \(attempt) retries within the retry deadline; last cause: \(lastCause).")
+            }
             let token: String
             do {
                 token = try await tokens.token(for: update.vehicle)
             } catch {
                 logger.warning("No token for \(update.vehicle): \(error)")
+                lastCause = "signer: \(error)"
                 guard await backOff(attempt: &attempt, retryAfter: nil, cause: "signer") else { break }
                 continue
             }
@@ -61,6 +73,7 @@ public struct UpdateForwarder: Sendable {
             case .transient(let cause, let retryAfter):
                 statistics.requestsFailed.add(1, ordering: .relaxed)
                 logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying")
+                lastCause = cause
                 guard await backOff(attempt: &attempt, retryAfter: retryAfter, cause: cause) else { break }
             }
         }

@@ -6,27 +6,41 @@ import FleetAuth
 /// and are coalesced into the next request, which is built only after the
 /// previous one was answered, so a request can never overtake an older one and
 /// move the vehicle backwards. Workers pull requests with `nextRequest()`;
-/// their number bounds the requests in flight.
+/// their number bounds the requests in flight. With a minimum interval per
+/// vehicle, a vehicle becomes ready only that long after its previous request.
 public actor VehicleDispatcher {
     private struct Lane {
         var queued: [PendingFix] = []
         var inFlight = false
         var isReady = false
+        var isDeferred = false
+        var lastSentAt: ContinuousClock.Instant?
         var newestAcceptedMilliseconds: Int64?
     }
 
     private let pastLimit: Int
+    private let minimumInterval: Duration
+    private let isCurrent: @Sendable (RecordSource) -> Bool
     private let settleStale: @Sendable ([PendingFix]) -> Void
     private var lanes: [VehicleIdentity: Lane] = [:]
     private var ready: [VehicleIdentity] = []
     private var readyHead = 0
+    /// Vehicles waiting out their minimum interval, roughly in due order.
+    private var deferred: [(vehicle: VehicleIdentity, due: ContinuousClock.Instant)] = []
+    private var deferredHead = 0
     private var waiters: [CheckedContinuation<CoalescedRequest?, Never>] = []
     private var intakeClosed = false
     public private(set) var inFlight = 0
 
-    /// - Parameter settleStale: called (inside the actor) with fixes dropped as stale.
-    public init(pastLimit: Int = Coalescer.defaultPastLimit, settleStale: @escaping @Sendable ([PendingFix]) -> Void) {
+    /// - Parameters:
+    ///   - isCurrent: false for fixes whose partition was revoked since: they are dropped unsent.
+    ///   - settleStale: called (inside the actor) with fixes dropped as stale.
+    public init(pastLimit: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
+                isCurrent: @escaping @Sendable (RecordSource) -> Bool = { _ in true },
+                settleStale: @escaping @Sendable ([PendingFix]) -> Void) {
         self.pastLimit = pastLimit
+        self.minimumInterval = minimumInterval
+        self.isCurrent = isCurrent
         self.settleStale = settleStale
     }
 
@@ -66,10 +80,26 @@ public actor VehicleDispatcher {
         serveWaiters()
     }
 
-    /// No more fixes will be submitted; workers stop once everything queued is sent.
+    /// Makes vehicles whose minimum interval has passed ready again.
+    public func releaseDeferred(now: ContinuousClock.Instant = .now) {
+        while deferredHead < deferred.count, intakeClosed || deferred[deferredHead].due <= now {
+            let vehicle = deferred[deferredHead].vehicle
+            deferredHead += 1
+            lanes[vehicle]?.isDeferred = false
+            markReadyIfIdle(vehicle, now: now)
+        }
+        if deferredHead > 1024, deferredHead * 2 > deferred.count {
+            deferred.removeFirst(deferredHead)
+            deferredHead = 0
+        }
+        serveWaiters()
+    }
+
+    /// No more fixes will be submitted; workers stop once everything queued is sent
+    /// (pacing no longer holds anything back).
     public func closeIntake() {
         intakeClosed = true
-        serveWaiters()
+        releaseDeferred()
     }
 
     /// Drops everything queued (left uncommitted, so it is consumed again after a
@@ -82,13 +112,22 @@ public actor VehicleDispatcher {
         }
         ready = []
         readyHead = 0
+        deferred = []
+        deferredHead = 0
         serveWaiters()
     }
 
-    private var isDrained: Bool { intakeClosed && inFlight == 0 && readyHead == ready.count }
+    private var isDrained: Bool {
+        intakeClosed && inFlight == 0 && readyHead == ready.count && deferredHead == deferred.count
+    }
 
-    private func markReadyIfIdle(_ vehicle: VehicleIdentity) {
-        guard let lane = lanes[vehicle], !lane.inFlight, !lane.isReady, !lane.queued.isEmpty else { return }
+    private func markReadyIfIdle(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant = .now) {
+        guard let lane = lanes[vehicle], !lane.inFlight, !lane.isReady, !lane.isDeferred, !lane.queued.isEmpty else { return }
+        if !intakeClosed, minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + minimumInterval {
+            lanes[vehicle]!.isDeferred = true
+            deferred.append((vehicle, lastSentAt + minimumInterval))
+            return
+        }
         lanes[vehicle]!.isReady = true
         ready.append(vehicle)
     }
@@ -104,10 +143,11 @@ public actor VehicleDispatcher {
             guard var lane = lanes[vehicle] else { continue }
             lane.isReady = false
             let (request, stale) = Coalescer.coalesce(
-                vehicle: vehicle, fixes: lane.queued, newestAcceptedMilliseconds: lane.newestAcceptedMilliseconds,
-                pastLimit: pastLimit)
+                vehicle: vehicle, fixes: lane.queued.filter { isCurrent($0.source) },
+                newestAcceptedMilliseconds: lane.newestAcceptedMilliseconds, pastLimit: pastLimit)
             lane.queued = []
             lane.inFlight = request != nil
+            if request != nil { lane.lastSentAt = .now }
             lanes[vehicle] = lane
             if !stale.isEmpty { settleStale(stale) }
             if let request {

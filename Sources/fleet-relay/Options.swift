@@ -119,8 +119,17 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Milliseconds between offset commits.")
     var commitIntervalMs = 1000
 
-    @Option(help: "Seconds to finish in-flight work on shutdown before abandoning it (uncommitted).")
-    var shutdownTimeout = 20
+    @Option(help: "Time to finish in-flight work on shutdown before abandoning it (uncommitted): 500ms, 20s, 1m.")
+    var shutdownTimeout = DurationArgument(argument: "20s")!
+
+    @Option(help: "Time a revoke waits for the revoked partitions' in-flight work before committing.")
+    var revokeDrainTimeout = DurationArgument(argument: "5s")!
+
+    @Option(help: "Give up on a failing request after this long and dead-letter it. Default: retry while the process runs.")
+    var retryDeadline: DurationArgument?
+
+    @Option(help: "At most one request per vehicle per this interval; sooner fixes wait and are coalesced (Fleet Engine suggests 5s).")
+    var minIntervalPerVehicle = DurationArgument(argument: "0s")!
 
     @Option(help: "First retry delay in milliseconds (exponential backoff with full jitter).")
     var retryInitialMs = 200
@@ -134,7 +143,6 @@ struct PipelineOptions: ParsableArguments {
         guard maxPendingRecords >= batchSize else { throw ValidationError("--max-pending-records must be at least --batch-size") }
         guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
         guard commitIntervalMs >= 10 else { throw ValidationError("--commit-interval-ms must be at least 10") }
-        guard shutdownTimeout >= 0 else { throw ValidationError("--shutdown-timeout must not be negative") }
         guard retryInitialMs >= 1, retryMaxMs >= retryInitialMs else {
             throw ValidationError("--retry-initial-ms must be at least 1 and at most --retry-max-ms")
         }
@@ -145,8 +153,10 @@ struct PipelineOptions: ParsableArguments {
             kafka: kafka, topic: topic, group: group, deadLetterTopic: deadLetterTopic, defaultKind: kind,
             batchSize: batchSize, batchLinger: .milliseconds(batchLingerMs), maximumInFlight: maxInFlight,
             maximumPendingRecords: maxPendingRecords, pastLocationsLimit: maxPastLocations,
-            commitInterval: .milliseconds(commitIntervalMs), shutdownTimeout: .seconds(shutdownTimeout),
-            retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)))
+            commitInterval: .milliseconds(commitIntervalMs), shutdownTimeout: shutdownTimeout.duration,
+            retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)),
+            retryDeadline: retryDeadline?.duration, revokeDrainTimeout: revokeDrainTimeout.duration,
+            minimumIntervalPerVehicle: minIntervalPerVehicle.duration)
     }
 }
 

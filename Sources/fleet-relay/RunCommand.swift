@@ -57,6 +57,8 @@ struct RunCommand: AsyncParsableCommand {
         ])
         let services = ServiceGroup(configuration: .init(
             services: [relay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let secondSignal = SecondSignalExit(logger: logger)
+        defer { withExtendedLifetime(secondSignal) {} }
         do {
             try await services.run()
         } catch {
