@@ -25,7 +25,15 @@ public final class KafkaConsumer: Sendable {
     public typealias RebalanceHandler = @Sendable (RebalanceEvent) -> [TopicPartitionOffset]
 
     /// Chunks of records in partition order. Ends when the consumer is closed.
-    public let records: AsyncStream<[KafkaRecord]>
+    /// At most `maximumBufferedChunks` wait unconsumed: beyond that the consumer
+    /// pauses its partitions until the reader catches up, so a slow reader never
+    /// makes it buffer without bound.
+    public var records: KafkaRecordChunks { KafkaRecordChunks(stream: stream, context: context) }
+
+    public static let maximumChunkSize = 500
+    public static let maximumBufferedChunks = 4
+
+    private let stream: AsyncStream<[KafkaRecord]>
 
     private let handle: RDKafkaHandle
     private let context: ConsumerContext
@@ -65,7 +73,7 @@ public final class KafkaConsumer: Sendable {
         let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
 
         var continuation: AsyncStream<[KafkaRecord]>.Continuation!
-        self.records = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
+        self.stream = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
         let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
                                       committedOnRevoke: committedOnRevoke)
         context.attach(to: conf)
@@ -104,7 +112,11 @@ public final class KafkaConsumer: Sendable {
 
     public func resume() { control.withLock { $0.wantsPause = false } }
 
+    /// Whether fetching is paused now, by request or because the reader fell behind.
     public var isPaused: Bool { context.isPaused.load(ordering: .relaxed) }
+
+    /// Whether `pause()` is in force (until `resume()`).
+    public var isPauseRequested: Bool { control.withLock { $0.wantsPause } }
 
     /// Seconds since the poll loop last came round; a large value means it is stuck.
     public var secondsSinceLastPoll: Double {
@@ -166,14 +178,18 @@ public final class KafkaConsumer: Sendable {
         var appliedPause = false
         while !control.withLock({ $0.stopRequested }) {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            let wantsPause = control.withLock { $0.wantsPause }
+            let readerBehind = context.bufferedChunks.load(ordering: .relaxed) >= Self.maximumBufferedChunks
+            let pause = control.withLock { $0.wantsPause } || readerBehind
             if context.assignmentChanged { appliedPause = false; context.assignmentChanged = false }
-            if wantsPause != appliedPause {
-                applyPause(wantsPause)
-                appliedPause = wantsPause
+            if pause != appliedPause {
+                applyPause(pause)
+                appliedPause = pause
             }
-            let chunk = pollChunk(maximum: 1000, timeoutMilliseconds: 100)
-            if !chunk.isEmpty { context.continuation.yield(chunk) }
+            let chunk = pollChunk(maximum: Self.maximumChunkSize, timeoutMilliseconds: pause ? 10 : 100)
+            if !chunk.isEmpty {
+                context.bufferedChunks.add(1, ordering: .relaxed)
+                context.continuation.yield(chunk)
+            }
         }
         logger.info("Kafka consumer leaving its group")
         rd_kafka_consumer_close(handle.pointer)
@@ -219,6 +235,8 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
     let isPaused = Atomic<Bool>(false)
+    /// Chunks yielded to `records` and not yet taken by the reader.
+    let bufferedChunks = Atomic<Int>(0)
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     var assignmentChanged = false
     private var nextGeneration: UInt64 = 1
@@ -329,5 +347,34 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
             generations = [:]
             rd_kafka_assign(handle, nil)
         }
+    }
+}
+
+/// The consumer's record chunks; taking a chunk makes room for the poll thread.
+public struct KafkaRecordChunks: AsyncSequence, Sendable {
+    public typealias Element = [KafkaRecord]
+
+    let stream: AsyncStream<[KafkaRecord]>
+    let context: ConsumerContext
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncStream<[KafkaRecord]>.AsyncIterator
+        let context: ConsumerContext
+
+        public mutating func next() async -> [KafkaRecord]? {
+            let chunk = await base.next()
+            if chunk != nil { context.bufferedChunks.subtract(1, ordering: .relaxed) }
+            return chunk
+        }
+
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> [KafkaRecord]? {
+            let chunk = await base.next(isolation: actor)
+            if chunk != nil { context.bufferedChunks.subtract(1, ordering: .relaxed) }
+            return chunk
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: stream.makeAsyncIterator(), context: context)
     }
 }

@@ -59,6 +59,8 @@ public final class RelayService: Service, Sendable {
     public var uncommittedRecords: Int64 { tracker.uncommitted }
     public var assignedPartitions: [TopicPartition] { tracker.assignedPartitions }
     public var isPaused: Bool { consumerState.withLock { $0?.isPaused ?? false } }
+    /// Records consumed and not yet finished (what flow control bounds).
+    public var pendingRecords: Int { tracker.outstanding }
 
     // MARK: Running
 
@@ -206,9 +208,9 @@ public final class RelayService: Service, Sendable {
     private func applyFlowControl(_ consumer: KafkaConsumer) {
         let outstanding = tracker.outstanding
         if outstanding >= configuration.maximumPendingRecords {
-            if !consumer.isPaused { logger.info("Pausing consumption: \(outstanding) records in progress") }
+            if !consumer.isPauseRequested { logger.info("Pausing consumption: \(outstanding) records in progress") }
             consumer.pause()
-        } else if outstanding <= configuration.maximumPendingRecords / 2, consumer.isPaused {
+        } else if outstanding <= configuration.maximumPendingRecords / 2, consumer.isPauseRequested {
             logger.info("Resuming consumption")
             consumer.resume()
         }

@@ -48,6 +48,9 @@ public actor VehicleDispatcher {
 
     public var queuedFixes: Int { lanes.values.reduce(0) { $0 + $1.queued.count } }
 
+    /// Vehicles with a request ready to be taken.
+    public var readyVehicles: Int { ready.count - readyHead }
+
     public func submit(_ fixes: [PendingFix]) {
         for fix in fixes {
             let vehicle = fix.update.vehicle

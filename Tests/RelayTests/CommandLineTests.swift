@@ -6,7 +6,8 @@ import Testing
 
 /// The `fleet-relay` binary as an operator runs it: flags, environment, errors,
 /// and SIGTERM, against a mock cluster and emulator living in this test process.
-@Suite(.serialized) struct CommandLineTests {
+extension IntegrationTests {
+@Suite struct CommandLineTests {
     static var binary: URL {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("fleet-relay")
     }
@@ -24,7 +25,7 @@ import Testing
         private let seenOutput = Mutex("")
 
         init(_ arguments: [String], environment: [String: String] = [:]) throws {
-            process.executableURL = CommandLineTests.binary
+            process.executableURL = IntegrationTests.CommandLineTests.binary
             process.arguments = arguments
             var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLEET_RELAY_") }
             env.merge(environment) { _, new in new }
@@ -163,4 +164,5 @@ import Testing
         #expect(letters.first?.header("fleet-relay-error") == "missing_field")
         await harness.shutdown()
     }
+}
 }

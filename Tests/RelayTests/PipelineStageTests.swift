@@ -126,3 +126,53 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(policy.delay(attempt: 0, retryAfterSeconds: 3, random: { $0.upperBound }) == .seconds(3))
     }
 }
+
+@Suite struct VehicleDispatcherTests {
+    @Test func oneRequestPerVehicleInFlightAndLaterFixesCoalesceIntoTheNext() async throws {
+        let dispatcher = VehicleDispatcher(settleStale: { _ in })
+        await dispatcher.submit([pendingFix("v", at: 1, offset: 0)])
+        let first = try #require(await dispatcher.nextRequest())
+        await dispatcher.submit([pendingFix("v", at: 2, offset: 1), pendingFix("v", at: 3, offset: 2)])
+        #expect(await dispatcher.readyVehicles == 0, "the vehicle has a request in flight")
+        await dispatcher.complete(first, acceptedMilliseconds: 1)
+        let second = try #require(await dispatcher.nextRequest())
+        #expect(second.update.lastLocation.recordedAtMilliseconds == 3)
+        #expect(second.update.pastLocations.map(\.recordedAtMilliseconds) == [2])
+    }
+
+    @Test func pacingHoldsAVehicleForItsMinimumInterval() async throws {
+        let dispatcher = VehicleDispatcher(minimumInterval: .seconds(5), settleStale: { _ in })
+        await dispatcher.submit([pendingFix("v", at: 1)])
+        let first = try #require(await dispatcher.nextRequest())
+        let sentAt = ContinuousClock.now
+        await dispatcher.complete(first, acceptedMilliseconds: 1)
+        await dispatcher.submit([pendingFix("v", at: 2), pendingFix("v", at: 3)])
+        await dispatcher.releaseDeferred(now: sentAt + .seconds(1))
+        #expect(await dispatcher.readyVehicles == 0)
+        await dispatcher.releaseDeferred(now: sentAt + .seconds(6))
+        #expect(await dispatcher.readyVehicles == 1)
+        let second = try #require(await dispatcher.nextRequest())
+        #expect(second.update.lastLocation.recordedAtMilliseconds == 3)
+        #expect(second.update.pastLocations.count == 1)
+    }
+
+    @Test func fixesOfRevokedPartitionsAreNotSent() async throws {
+        let dispatcher = VehicleDispatcher(isCurrent: { $0.offset != 7 }, settleStale: { _ in })
+        await dispatcher.submit([pendingFix("v", at: 1, offset: 7), pendingFix("w", at: 1, offset: 8)])
+        let request = try #require(await dispatcher.nextRequest())
+        #expect(request.update.vehicle.id == "w")
+        #expect(await dispatcher.readyVehicles == 0)
+    }
+
+    @Test func workersAreReleasedOnceIntakeClosesAndAllIsSent() async throws {
+        let dispatcher = VehicleDispatcher(minimumInterval: .seconds(60), settleStale: { _ in })
+        await dispatcher.submit([pendingFix("v", at: 1)])
+        let first = try #require(await dispatcher.nextRequest())
+        await dispatcher.complete(first, acceptedMilliseconds: 1)
+        await dispatcher.submit([pendingFix("v", at: 2)])
+        await dispatcher.closeIntake()  // pacing no longer holds the queued fix back
+        let last = try #require(await dispatcher.nextRequest())
+        await dispatcher.complete(last, acceptedMilliseconds: 2)
+        #expect(await dispatcher.nextRequest() == nil)
+    }
+}

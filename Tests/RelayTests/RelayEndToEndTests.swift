@@ -6,9 +6,13 @@ import Kafka
 import Relay
 import Testing
 
+/// Tests against real peers (librdkafka's mock cluster, the emulator, the binary).
+/// Serialized, nested suites included: each runs a cluster, consumer groups and HTTP traffic.
+@Suite(.serialized) enum IntegrationTests {}
+
 /// The relay against real peers: librdkafka's mock cluster and the emulator.
-/// Serialized: each test runs a cluster, a consumer group and HTTP traffic.
-@Suite(.serialized) struct RelayEndToEndTests {
+extension IntegrationTests {
+@Suite struct RelayEndToEndTests {
     @Test func deliversEveryVehiclesNewestFixAndCommitsToTheEnd() async throws {
         let harness = try await RelayHarness(partitions: 4)
         let generated = GeneratedEvents(vehicles: 200, fixesPerVehicle: 50)
@@ -160,4 +164,5 @@ import Testing
         #expect(committed[0] == .some(end[0]))
         await harness.shutdown()
     }
+}
 }

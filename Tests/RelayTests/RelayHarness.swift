@@ -31,6 +31,7 @@ final class RelayHarness: Sendable {
     }
 
     init(partitions: Int = 4, requireExistingVehicles: Bool = false) async throws {
+        // Every fix time the emulator receives is kept, so tests can prove nothing was lost.
         var logger = Logger(label: "relay-test")
         logger.logLevel = ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .error
         self.logger = logger
@@ -40,7 +41,8 @@ final class RelayHarness: Sendable {
         try cluster.createTopic(topic, partitions: partitions)
         try cluster.createTopic(topic + ".dlq", partitions: 1)
         self.key = Self.sharedKey
-        self.emulator = FleetEngineEmulator(key: key, provider: key.projectId, requireExistingVehicles: requireExistingVehicles)
+        self.emulator = FleetEngineEmulator(key: key, provider: key.projectId, requireExistingVehicles: requireExistingVehicles,
+                                            recordsHistory: true)
         self.emulatorURL = try await emulator.start()
     }
 
@@ -75,14 +77,14 @@ final class RelayHarness: Sendable {
         }
     }
 
-    func startRelay(group: String, signingKey: ServiceAccountKey? = nil,
+    func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
                     configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
         var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group, batchLinger: .milliseconds(20),
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))
         let relay = try RelayService(configuration: configuration, client: client,
-                                     tokens: TokenCache(signer: LocalKeySigner(key: signingKey ?? key)), logger: logger)
+                                     tokens: TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)), logger: logger)
         let serviceGroup = ServiceGroup(services: [relay], logger: logger)
         let task = Task { try await serviceGroup.run() }
         return RunningRelay(relay: relay, group: serviceGroup, task: task, client: client)
@@ -121,6 +123,23 @@ final class RelayHarness: Sendable {
         watchdog.cancel()
         await consumer.close()
         return records
+    }
+
+    /// Events whose fix never reached the emulator (neither as last nor as past location).
+    func lostEvents(_ events: [GeneratedEvents.Event]) -> [GeneratedEvents.Event] {
+        let vehicles = emulator.vehicles
+        return events.filter { event in
+            !(vehicles[VehicleIdentity(kind: .vehicle, id: event.vehicle)]?.receivedFixTimes.contains(event.recordedAt) ?? false)
+        }
+    }
+
+    /// Accepted updates that moved a vehicle back in time.
+    var backwardsUpdates: Int { emulator.vehicles.values.reduce(0) { $0 + $1.backwardsUpdates } }
+
+    func committedToTheEnd(group: String) async throws -> Bool {
+        let end = try await endOffsets()
+        let committed = try await committedOffsets(group: group)
+        return (0..<Int32(partitions)).allSatisfy { committed[$0] == .some(end[$0]) }
     }
 
     func shutdown() async {

@@ -1,0 +1,124 @@
+import FleetAuth
+import FleetEngine
+import Foundation
+import Kafka
+import Relay
+import Synchronization
+import Testing
+
+/// Delivery guarantees under faults, against the mock cluster and the emulator.
+/// Each test asserts that no event was lost (every fix time reached the emulator
+/// as a last or past location), that no vehicle moved backwards, and that the
+/// committed offsets reach the end of the topic.
+extension IntegrationTests {
+    @Suite struct RelayFaultTests {
+        @Test func fivePercentUnavailableAndFivePercentThrottledOver20000Events() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            harness.emulator.faultPlan = .init(failRate: 0.05, throttleRate: 0.05)
+            let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 20)
+            try await harness.produce(generated.events.map(\.record))
+
+            let started = ContinuousClock.now
+            let running = try harness.startRelay(group: "relay")
+            try await eventually("every record is finished", timeout: .seconds(300)) {
+                running.relay.statistics.snapshot.finished == 20_000
+            }
+            let drainTime = ContinuousClock.now - started
+            try await running.stop()
+
+            let totals = running.relay.statistics.snapshot
+            let responses = harness.emulator.statistics.responsesByStatus
+            #expect(harness.lostEvents(generated.events).isEmpty)
+            #expect(harness.backwardsUpdates == 0)
+            #expect(totals.deadLettered == 0)
+            #expect((responses[503] ?? 0) > 0 && (responses[429] ?? 0) > 0)
+            #expect(try await harness.committedToTheEnd(group: "relay"))
+            print("fault figures: 20000 events, \(totals.requestsAccepted) requests accepted, 503×\(responses[503] ?? 0), 429×\(responses[429] ?? 0), retries \(totals.retries), drained in \(drainTime)")
+            await harness.shutdown()
+        }
+
+        @Test func fleetEngineOutagePausesFetchingAndEverythingDrainsAfterwards() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            let generated = GeneratedEvents(vehicles: 500, fixesPerVehicle: 40)
+            try await harness.produce(generated.events.map(\.record))
+            harness.emulator.goDown(for: .seconds(10))
+
+            let cap = 2000
+            let running = try harness.startRelay(group: "relay") { $0.maximumPendingRecords = cap }
+            let sampler = Task { () -> (peak: Int, sawPause: Bool) in
+                var (peak, sawPause) = (0, false)
+                while !Task.isCancelled {
+                    peak = max(peak, running.relay.pendingRecords)
+                    sawPause = sawPause || running.relay.isPaused
+                    try? await Task.sleep(for: .milliseconds(10))
+                }
+                return (peak, sawPause)
+            }
+            try await eventually("every record is finished", timeout: .seconds(300)) {
+                running.relay.statistics.snapshot.finished == 20_000
+            }
+            sampler.cancel()
+            let (peak, sawPause) = await sampler.value
+            try await running.stop()
+
+            // The cap, plus what the consumer may hand over before the pause takes effect.
+            let bound = cap + (KafkaConsumer.maximumBufferedChunks + 1) * KafkaConsumer.maximumChunkSize
+            #expect(peak <= bound, "peak \(peak) records pending")
+            #expect(sawPause)
+            #expect((harness.emulator.statistics.responsesByStatus[503] ?? 0) > 0)
+            #expect(harness.lostEvents(generated.events).isEmpty)
+            #expect(harness.backwardsUpdates == 0)
+            #expect(running.relay.statistics.snapshot.deadLettered == 0)
+            #expect(try await harness.committedToTheEnd(group: "relay"))
+            print("fault figures: outage 10 s, peak pending \(peak) (cap \(cap)), retries \(running.relay.statistics.snapshot.retries)")
+            await harness.shutdown()
+        }
+
+        @Test func signerOutageHoldsRecordsWithoutDeadLetteringThem() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 10)
+            try await harness.produce(generated.events.map(\.record))
+            let signer = FailingSigner(base: LocalKeySigner(key: harness.key), failFor: .seconds(10))
+
+            let running = try harness.startRelay(group: "relay", signer: signer)
+            try await eventually("every record is finished", timeout: .seconds(300)) {
+                running.relay.statistics.snapshot.finished == 1000
+            }
+            try await running.stop()
+            #expect(signer.failures.load(ordering: .relaxed) > 0)
+            #expect(running.relay.statistics.snapshot.deadLettered == 0)
+            #expect(harness.lostEvents(generated.events).isEmpty)
+            #expect(harness.backwardsUpdates == 0)
+            #expect(try await harness.committedToTheEnd(group: "relay"))
+            await harness.shutdown()
+        }
+    }
+}
+
+/// A signer that fails for a while after its first use, then recovers.
+final class FailingSigner: VehicleTokenSigner {
+    let name = "failing"
+    let base: any VehicleTokenSigner
+    let failFor: Duration
+    let failures = Atomic<Int>(0)
+    private let firstUse = Mutex<ContinuousClock.Instant?>(nil)
+
+    struct Outage: Error {}
+
+    init(base: any VehicleTokenSigner, failFor: Duration) {
+        self.base = base
+        self.failFor = failFor
+    }
+
+    func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
+        let start = firstUse.withLock { first in
+            if first == nil { first = .now }
+            return first!
+        }
+        if ContinuousClock.now < start + failFor {
+            failures.add(1, ordering: .relaxed)
+            throw Outage()
+        }
+        return try await base.mint(for: vehicle)
+    }
+}
