@@ -28,6 +28,9 @@ public final class FleetEngineEmulator: Sendable {
     public struct Statistics: Sendable {
         public var requests = 0
         public var responsesByStatus: [Int: Int] = [:]
+        /// Update requests (PUT/PATCH) and how each was answered.
+        public var updateRequests = 0
+        public var updateResponsesByStatus: [Int: Int] = [:]
         public var locationsReceived = 0
     }
 
@@ -151,6 +154,10 @@ public final class FleetEngineEmulator: Sendable {
         state.withLock { state in
             state.statistics.requests += 1
             state.statistics.responsesByStatus[response.status, default: 0] += 1
+            if request.method != "GET" {
+                state.statistics.updateRequests += 1
+                state.statistics.updateResponsesByStatus[response.status, default: 0] += 1
+            }
         }
         return response
     }

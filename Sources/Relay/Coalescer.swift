@@ -9,6 +9,9 @@ public struct CoalescedRequest: Sendable {
     /// Records sent in `pastLocations`, plus the oldest ones beyond its cap: all
     /// settled with the request's outcome.
     public let carried: [PendingFix]
+    /// Set when Fleet Engine's live location must be read first (first request for the
+    /// vehicle since startup or a partition reassignment): the assignment epoch checked.
+    public internal(set) var liveCheckEpoch: UInt64?
 
     public var sources: [RecordSource] { [newest.source] + carried.map(\.source) }
 }
@@ -35,6 +38,6 @@ public enum Coalescer {
         let past = older.suffix(pastLimit)
         let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
                                            pastLocations: past.map(\.update.fix))
-        return (CoalescedRequest(update: update, newest: newest, carried: Array(older)), stale)
+        return (CoalescedRequest(update: update, newest: newest, carried: Array(older), liveCheckEpoch: nil), stale)
     }
 }

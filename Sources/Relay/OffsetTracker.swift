@@ -11,6 +11,8 @@ import Synchronization
 public final class OffsetTracker: Sendable {
     private struct Partition {
         let generation: UInt64
+        /// Set when a revoke began: no new work starts, finishing work still counts.
+        var revoking = false
         /// Registered offsets in consumption order from `head` on; finished flags alongside.
         var offsets: [Int64] = []
         var finished: [Bool] = []
@@ -116,9 +118,21 @@ public final class OffsetTracker: Sendable {
         }
     }
 
-    /// Whether the record's partition is still assigned under the same generation.
+    /// Whether work on the record should go on: its partition is still assigned
+    /// under the same generation and not being revoked.
     public func owns(_ source: RecordSource) -> Bool {
-        partitions.withLock { $0[source.topicPartition]?.generation == source.generation }
+        partitions.withLock { partitions in
+            guard let state = partitions[source.topicPartition] else { return false }
+            return state.generation == source.generation && !state.revoking
+        }
+    }
+
+    /// Stops new work on the partitions ahead of their revoke; work already under
+    /// way may still finish and be committed.
+    public func beginRevoke(_ revoking: [TopicPartition]) {
+        partitions.withLock { partitions in
+            for partition in revoking where partitions[partition] != nil { partitions[partition]!.revoking = true }
+        }
     }
 
     /// Registered records not yet finished in the given partitions.

@@ -20,6 +20,8 @@ public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
     public let statistics = RelayStatistics()
     private let tracker = OffsetTracker()
+    private let inFlight = InFlightRegistry()
+    private let assignmentEpoch = AssignmentEpoch()
     private let decoder: LocationEventDecoder
     private let batcher: Batcher
     private let dispatcher: VehicleDispatcher
@@ -28,6 +30,8 @@ public final class RelayService: Service, Sendable {
     private let producer: KafkaProducer
     private let logger: Logger
     private let consumerState = Mutex<KafkaConsumer?>(nil)
+    /// Set when shutdown begins: fetching stays paused from then on.
+    private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
     private let drained = Atomic<Bool>(false)
 
@@ -43,10 +47,10 @@ public final class RelayService: Service, Sendable {
                                             retryPolicy: configuration.retryPolicy, logger: logger)
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
                                          retryDeadline: configuration.retryDeadline, statistics: statistics, logger: logger)
-        let (tracker, statistics) = (self.tracker, self.statistics)
+        let (tracker, statistics, epoch) = (self.tracker, self.statistics, self.assignmentEpoch)
         self.dispatcher = VehicleDispatcher(
             pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
-            isCurrent: { tracker.owns($0) }
+            isCurrent: { tracker.owns($0) }, assignmentEpoch: { epoch.current }
         ) { staleFixes in
             for fix in staleFixes { tracker.finish(fix.source) }
             statistics.stale.add(staleFixes.count, ordering: .relaxed)
@@ -93,8 +97,10 @@ public final class RelayService: Service, Sendable {
             switch event {
             case .assigned(let partitions, let generation):
                 tracker.assign(partitions, generation: generation)
+                assignmentEpoch.advance()
                 return []
             case .revoked(let partitions, let lost):
+                tracker.beginRevoke(partitions)
                 if !lost { waitForInFlightWork(in: partitions) }
                 return tracker.revoke(partitions)
             }
@@ -104,17 +110,18 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// Runs on the poll thread inside the revoke callback: gives the revoked partitions'
-    /// in-flight work up to `revokeDrainTimeout` to finish so that its offsets are
-    /// committed before another member takes over; what is left is abandoned uncommitted.
+    /// Runs on the poll thread inside the revoke callback, after new work on the
+    /// partitions stopped: gives requests and dead-letter writes already under way
+    /// up to `revokeDrainTimeout` to finish, so that their offsets are committed
+    /// before another member takes over. Queued records stay uncommitted for it.
     private func waitForInFlightWork(in partitions: [TopicPartition]) {
         let deadline = ContinuousClock.now + configuration.revokeDrainTimeout
-        while !drained.load(ordering: .relaxed), tracker.outstanding(in: partitions) > 0, ContinuousClock.now < deadline {
-            usleep(5000)
+        while !drained.load(ordering: .relaxed), inFlight.count(in: partitions) > 0, ContinuousClock.now < deadline {
+            usleep(2000)
         }
-        let left = tracker.outstanding(in: partitions)
+        let left = inFlight.count(in: partitions)
         if left > 0, !drained.load(ordering: .relaxed) {
-            logger.warning("Revoke: \(left) records still in flight after \(configuration.revokeDrainTimeout); left uncommitted")
+            logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
         }
     }
 
@@ -155,12 +162,14 @@ public final class RelayService: Service, Sendable {
     private func work() async {
         while let request = await dispatcher.nextRequest() {
             let tracker = self.tracker
-            let outcome = await forwarder.deliver(request.update) {
+            inFlight.enter(request.sources)
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil) {
                 request.sources.contains { tracker.owns($0) }
             }
-            let acceptedAt = outcome == .accepted ? request.update.lastLocation.recordedAtMilliseconds : nil
-            await dispatcher.complete(request, acceptedMilliseconds: acceptedAt)
-            settle(request, outcome)
+            await dispatcher.complete(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds,
+                                      liveChecked: delivery.liveChecked)
+            settle(request, delivery.outcome)
+            inFlight.leave(request.sources)
         }
     }
 
@@ -170,6 +179,9 @@ public final class RelayService: Service, Sendable {
             for source in request.sources { tracker.finish(source) }
             statistics.accepted.add(1, ordering: .relaxed)
             statistics.superseded.add(request.carried.count, ordering: .relaxed)
+        case .stale:
+            for source in request.sources { tracker.finish(source) }
+            statistics.stale.add(request.sources.count, ordering: .relaxed)
         case .rejected(let reason, let detail):
             logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
             for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
@@ -179,10 +191,12 @@ public final class RelayService: Service, Sendable {
     }
 
     private func deadLetter(_ source: RecordSource, reason: String, detail: String) {
-        let (tracker, statistics) = (self.tracker, self.statistics)
+        let (tracker, statistics, inFlight) = (self.tracker, self.statistics, self.inFlight)
+        inFlight.enter([source])
         deadLetters.submit(source, reason: reason, detail: detail) {
             tracker.finish(source)
             statistics.deadLettered.add(1, ordering: .relaxed)
+            inFlight.leave([source])
         }
     }
 
@@ -206,6 +220,7 @@ public final class RelayService: Service, Sendable {
     /// Pauses fetching while too many records are unfinished, so a slow or absent
     /// Fleet Engine cannot make the relay buffer without bound.
     private func applyFlowControl(_ consumer: KafkaConsumer) {
+        guard !stopping.load(ordering: .relaxed) else { return }
         let outstanding = tracker.outstanding
         if outstanding >= configuration.maximumPendingRecords {
             if !consumer.isPauseRequested { logger.info("Pausing consumption: \(outstanding) records in progress") }
@@ -228,17 +243,19 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// Stops fetching, sends what is queued, and waits for in-flight work up to the shutdown timeout.
+    /// Stops fetching and starting requests, and waits for the requests and dead-letter
+    /// writes already under way, up to the shutdown timeout. Queued records stay
+    /// uncommitted: the next owner of their partitions reads them again.
     private func drain(_ consumer: KafkaConsumer, processing: Task<Void, Never>) async {
-        logger.info("Shutting down: draining in-flight work for up to \(configuration.shutdownTimeout)")
+        logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
+        stopping.store(true, ordering: .relaxed)
         consumer.pause()
-        await dispatcher.submit(batcher.takeAll())
-        await dispatcher.closeIntake()
-        let (dispatcher, timeout, logger) = (self.dispatcher, configuration.shutdownTimeout, self.logger)
+        _ = batcher.takeAll()
+        await dispatcher.abandonQueued()
+        let (timeout, logger) = (configuration.shutdownTimeout, self.logger)
         let watchdog = Task {
             try await Task.sleep(for: timeout)
             logger.warning("Shutdown timeout reached: abandoning unfinished work (it stays uncommitted)")
-            await dispatcher.abandonQueued()
             processing.cancel()
         }
         await processing.value
@@ -250,4 +267,13 @@ public final class RelayService: Service, Sendable {
         let totals = statistics.snapshot
         logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
     }
+}
+
+/// Counts partition assignments. Thread-safe.
+final class AssignmentEpoch: Sendable {
+    private let value = Atomic<UInt64>(0)
+
+    var current: UInt64 { value.load(ordering: .relaxed) }
+
+    func advance() { value.add(1, ordering: .relaxed) }
 }

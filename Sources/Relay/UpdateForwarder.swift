@@ -5,6 +5,8 @@ import Logging
 /// How a request ended for its records.
 public enum DeliveryOutcome: Sendable, Equatable {
     case accepted
+    /// Fleet Engine already holds a location at least as new: nothing was sent.
+    case stale
     /// Fleet Engine refused it for good: dead-letter the records with this reason.
     case rejected(reason: String, detail: String)
     /// Shutdown interrupted it, or its partitions moved to another consumer: leave
@@ -12,9 +14,21 @@ public enum DeliveryOutcome: Sendable, Equatable {
     case abandoned
 }
 
+/// The outcome of a delivery and what it learnt about Fleet Engine's state.
+public struct Delivery: Sendable, Equatable {
+    public var outcome: DeliveryOutcome
+    /// The newest location time Fleet Engine holds for the vehicle, as far as known.
+    public var newestKnownMilliseconds: Int64?
+    /// Whether Fleet Engine's live location was read.
+    public var liveChecked: Bool
+}
+
 /// Sends one update with its vehicle's token, retrying transient failures with
 /// backoff for as long as the task runs (Fleet Engine being down is no reason to
-/// drop data) and re-minting once on 401/403.
+/// drop data) and re-minting once on 401/403. Asked to, it first reads the
+/// vehicle's live location and sends nothing when Fleet Engine already holds a
+/// newer fix: after a restart or a rebalance, replayed records are older than
+/// what the previous owner delivered, and must not move the vehicle backwards.
 public struct UpdateForwarder: Sendable {
     let client: FleetEngineClient
     let tokens: TokenCache
@@ -33,17 +47,23 @@ public struct UpdateForwarder: Sendable {
         self.logger = logger
     }
 
-    /// - Parameter stillOwned: false once the records' partitions were revoked: retrying
-    ///   then would race the new owner and could move the vehicle backwards.
-    public func deliver(_ update: VehicleLocationUpdate, stillOwned: () -> Bool = { true }) async -> DeliveryOutcome {
+    /// - Parameters:
+    ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
+    ///   - stillOwned: false once the records' partitions were revoked: retrying then
+    ///     would race the new owner and could move the vehicle backwards.
+    public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
+                        stillOwned: () -> Bool = { true }) async -> Delivery {
+        var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: !checkLiveLocation)
         var reauthenticated = false
         var attempt = 0
         let giveUpAt = retryDeadline.map { ContinuousClock.now + $0 }
         var lastCause = ""
         while !Task.isCancelled, stillOwned() {
             if let giveUpAt, attempt > 0, ContinuousClock.now >= giveUpAt {
-                return .rejected(reason: "retry_deadline_exceeded",
-                                 detail: "Gave up after \(attempt) retries within the retry deadline; last cause: \(lastCause).")
+                delivery.outcome = .rejected(
+                    reason: "retry_deadline_exceeded",
+                    detail: "Gave up after \(attempt) retries within the retry deadline; last cause: \(lastCause).")
+                return delivery
             }
             let token: String
             do {
@@ -51,37 +71,76 @@ public struct UpdateForwarder: Sendable {
             } catch {
                 logger.warning("No token for \(update.vehicle): \(error)")
                 lastCause = "signer: \(error)"
-                guard await backOff(attempt: &attempt, retryAfter: nil, cause: "signer") else { break }
+                guard await backOff(attempt: &attempt, retryAfter: nil) else { break }
                 continue
+            }
+            if !delivery.liveChecked {
+                switch await liveLocation(of: update.vehicle, token: token) {
+                case .known(let live):
+                    delivery.liveChecked = true
+                    delivery.newestKnownMilliseconds = live
+                    if let live, live >= update.lastLocation.recordedAtMilliseconds {
+                        delivery.outcome = .stale
+                        return delivery
+                    }
+                case .unknown:
+                    delivery.liveChecked = true  // the update itself will say what is wrong
+                case .unavailable(let cause):
+                    lastCause = cause
+                    guard await backOff(attempt: &attempt, retryAfter: nil) else { break }
+                    continue
+                }
             }
             let response = await client.send(update, token: token)
             switch response.outcome {
             case .accepted:
                 statistics.requestsAccepted.add(1, ordering: .relaxed)
-                return .accepted
+                delivery.outcome = .accepted
+                delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
+                return delivery
             case .unauthenticated, .permissionDenied:
                 statistics.requestsFailed.add(1, ordering: .relaxed)
                 if reauthenticated {
-                    return .rejected(reason: response.outcome.deadLetterReason, detail: Self.detail(response))
+                    delivery.outcome = .rejected(reason: response.outcome.deadLetterReason, detail: Self.detail(response))
+                    return delivery
                 }
                 reauthenticated = true
                 await tokens.invalidate(update.vehicle)
                 statistics.retries.add(1, ordering: .relaxed)
             case .rejected(let reason):
                 statistics.requestsFailed.add(1, ordering: .relaxed)
-                return .rejected(reason: reason, detail: Self.detail(response))
+                delivery.outcome = .rejected(reason: reason, detail: Self.detail(response))
+                return delivery
             case .transient(let cause, let retryAfter):
                 statistics.requestsFailed.add(1, ordering: .relaxed)
                 logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying")
                 lastCause = cause
-                guard await backOff(attempt: &attempt, retryAfter: retryAfter, cause: cause) else { break }
+                guard await backOff(attempt: &attempt, retryAfter: retryAfter) else { break }
             }
         }
-        return .abandoned
+        delivery.outcome = .abandoned
+        return delivery
+    }
+
+    private enum LiveLocationResult {
+        /// Fleet Engine answered; nil when the vehicle has no location yet.
+        case known(Int64?)
+        /// Fleet Engine refused to say (404, 401, 403, 400): the update's own answer decides.
+        case unknown
+        case unavailable(String)
+    }
+
+    private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
+        let (status, body) = await client.fetchVehicle(vehicle, token: token)
+        switch status {
+        case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: body))
+        case 400, 401, 403, 404: return .unknown
+        default: return .unavailable(status == 0 ? "connection" : "http_\(status)")
+        }
     }
 
     /// Sleeps before the next attempt; false when the task was cancelled meanwhile.
-    private func backOff(attempt: inout Int, retryAfter: Double?, cause: String) async -> Bool {
+    private func backOff(attempt: inout Int, retryAfter: Double?) async -> Bool {
         let delay = retryPolicy.delay(attempt: attempt, retryAfterSeconds: retryAfter)
         attempt += 1
         statistics.retries.add(1, ordering: .relaxed)

@@ -16,11 +16,14 @@ public actor VehicleDispatcher {
         var isDeferred = false
         var lastSentAt: ContinuousClock.Instant?
         var newestAcceptedMilliseconds: Int64?
+        /// The assignment epoch in which Fleet Engine's live location was last taken into account.
+        var verifiedEpoch: UInt64?
     }
 
     private let pastLimit: Int
     private let minimumInterval: Duration
     private let isCurrent: @Sendable (RecordSource) -> Bool
+    private let assignmentEpoch: @Sendable () -> UInt64?
     private let settleStale: @Sendable ([PendingFix]) -> Void
     private var lanes: [VehicleIdentity: Lane] = [:]
     private var ready: [VehicleIdentity] = []
@@ -34,13 +37,17 @@ public actor VehicleDispatcher {
 
     /// - Parameters:
     ///   - isCurrent: false for fixes whose partition was revoked since: they are dropped unsent.
+    ///   - assignmentEpoch: changes with every partition assignment; a vehicle's first request
+    ///     in a new epoch asks for a live-location check (nil: never check).
     ///   - settleStale: called (inside the actor) with fixes dropped as stale.
     public init(pastLimit: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
                 isCurrent: @escaping @Sendable (RecordSource) -> Bool = { _ in true },
+                assignmentEpoch: @escaping @Sendable () -> UInt64? = { nil },
                 settleStale: @escaping @Sendable ([PendingFix]) -> Void) {
         self.pastLimit = pastLimit
         self.minimumInterval = minimumInterval
         self.isCurrent = isCurrent
+        self.assignmentEpoch = assignmentEpoch
         self.settleStale = settleStale
     }
 
@@ -67,16 +74,18 @@ public actor VehicleDispatcher {
         return await withCheckedContinuation { waiters.append($0) }
     }
 
-    /// Frees the vehicle for its next request; `acceptedMilliseconds` is the
-    /// `lastLocation` time when Fleet Engine accepted the request.
-    public func complete(_ request: CoalescedRequest, acceptedMilliseconds: Int64?) {
+    /// Frees the vehicle for its next request. `newestKnownMilliseconds` is the newest
+    /// location time Fleet Engine is known to hold after the request (what it accepted,
+    /// or its live location); `liveChecked` says the live-location check was done.
+    public func complete(_ request: CoalescedRequest, newestKnownMilliseconds: Int64?, liveChecked: Bool) {
         let vehicle = request.update.vehicle
         inFlight -= 1
         if var lane = lanes[vehicle] {
             lane.inFlight = false
-            if let accepted = acceptedMilliseconds {
-                lane.newestAcceptedMilliseconds = max(lane.newestAcceptedMilliseconds ?? .min, accepted)
+            if let newest = newestKnownMilliseconds {
+                lane.newestAcceptedMilliseconds = max(lane.newestAcceptedMilliseconds ?? .min, newest)
             }
+            if liveChecked, let epoch = request.liveCheckEpoch { lane.verifiedEpoch = epoch }
             lanes[vehicle] = lane
         }
         markReadyIfIdle(vehicle)
@@ -85,7 +94,7 @@ public actor VehicleDispatcher {
 
     /// Makes vehicles whose minimum interval has passed ready again.
     public func releaseDeferred(now: ContinuousClock.Instant = .now) {
-        while deferredHead < deferred.count, intakeClosed || deferred[deferredHead].due <= now {
+        while deferredHead < deferred.count, deferred[deferredHead].due <= now {
             let vehicle = deferred[deferredHead].vehicle
             deferredHead += 1
             lanes[vehicle]?.isDeferred = false
@@ -98,15 +107,9 @@ public actor VehicleDispatcher {
         serveWaiters()
     }
 
-    /// No more fixes will be submitted; workers stop once everything queued is sent
-    /// (pacing no longer holds anything back).
-    public func closeIntake() {
-        intakeClosed = true
-        releaseDeferred()
-    }
-
-    /// Drops everything queued (left uncommitted, so it is consumed again after a
-    /// restart) and releases idle workers. In-flight requests still complete.
+    /// Stops intake for good: drops everything queued (left uncommitted, so it is
+    /// consumed again after a restart) and releases idle workers once the requests
+    /// in flight complete.
     public func abandonQueued() {
         intakeClosed = true
         for vehicle in lanes.keys {
@@ -126,7 +129,7 @@ public actor VehicleDispatcher {
 
     private func markReadyIfIdle(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant = .now) {
         guard let lane = lanes[vehicle], !lane.inFlight, !lane.isReady, !lane.isDeferred, !lane.queued.isEmpty else { return }
-        if !intakeClosed, minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + minimumInterval {
+        if minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + minimumInterval {
             lanes[vehicle]!.isDeferred = true
             deferred.append((vehicle, lastSentAt + minimumInterval))
             return
@@ -153,7 +156,8 @@ public actor VehicleDispatcher {
             if request != nil { lane.lastSentAt = .now }
             lanes[vehicle] = lane
             if !stale.isEmpty { settleStale(stale) }
-            if let request {
+            if var request {
+                if let epoch = assignmentEpoch(), lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
                 inFlight += 1
                 return request
             }

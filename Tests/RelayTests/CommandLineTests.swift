@@ -1,5 +1,7 @@
 import FleetAuth
 import Foundation
+import FleetEngine
+import JSON
 import Kafka
 import Synchronization
 import Testing
@@ -45,12 +47,22 @@ extension IntegrationTests {
 
         var output: String { seenOutput.withLock { $0 } }
 
+        /// Waits for exit and the output, blocking only threads of its own: the
+        /// emulator in this process needs the cooperative pool meanwhile.
         func finish() async -> Finished {
-            let out = Task.detached { String(decoding: self.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-            let err = Task.detached { String(decoding: self.stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-            let (stdoutText, stderrText) = (await out.value, await err.value)
-            process.waitUntilExit()
-            return Finished(status: process.terminationStatus, stdout: stdoutText, stderr: stderrText)
+            async let out = Self.onOwnThread { String(decoding: self.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            async let err = Self.onOwnThread { String(decoding: self.stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let status = await Self.onOwnThread { () -> Int32 in
+                self.process.waitUntilExit()
+                return self.process.terminationStatus
+            }
+            return Finished(status: status, stdout: await out, stderr: await err)
+        }
+
+        private static func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+            await withCheckedContinuation { continuation in
+                Thread { continuation.resume(returning: work()) }.start()
+            }
         }
     }
 
@@ -114,8 +126,8 @@ extension IntegrationTests {
     @Test func demoForwardsAndStopsCleanlyOnSIGINT() async throws {
         let demo = try RunningProcess(["demo", "--vehicles", "50"])
         demo.watchOutput()
-        try await eventually("the demo forwards locations") {
-            demo.output.split(separator: "\n").contains { $0.contains("in Fleet Engine") && !$0.contains(" 0 in Fleet Engine") }
+        try await eventually("the demo forwards every vehicle's location") {
+            demo.output.split(separator: "\n").contains { $0.contains("50 in Fleet Engine") }
         }
         demo.process.interrupt()  // SIGINT, as Ctrl-C
         do {
@@ -165,4 +177,81 @@ extension IntegrationTests {
         await harness.shutdown()
     }
 }
+}
+
+extension IntegrationTests.RelayFaultTests {
+    typealias RunningProcess = IntegrationTests.CommandLineTests.RunningProcess
+
+    static func relayProcess(_ harness: RelayHarness, keyPath: String, extra: [String] = []) throws -> RunningProcess {
+        try RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
+            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "4",
+            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info",
+        ] + extra)
+    }
+
+    @Test func relayKilledMidRunAndRestartedLosesNothing() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        harness.emulator.faultPlan = .init(latency: .milliseconds(5))
+        let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 10)
+        try await harness.produce(generated.events.map(\.record))
+        let keyPath = harness.writeKeyFile()
+
+        let first = try Self.relayProcess(harness, keyPath: keyPath)
+        try await eventually("the first relay committed some offsets") {
+            try await harness.committedOffsets(group: "cli").values.contains { ($0 ?? 0) > 0 }
+        }
+        kill(first.process.processIdentifier, SIGKILL)  // no graceful shutdown
+        _ = await first.finish()
+        let receivedBeforeRestart = harness.emulator.statistics.locationsReceived
+        #expect(receivedBeforeRestart < 10_000, "the kill came mid-run")
+
+        let second = try Self.relayProcess(harness, keyPath: keyPath)
+        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
+            harness.lostEvents(generated.events).isEmpty
+        }
+        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
+            try await harness.committedToTheEnd(group: "cli")
+        }
+        second.process.terminate()
+        #expect(await second.finish().status == 0)
+        #expect(harness.backwardsUpdates == 0)
+        print("fault figures: SIGKILL after \(receivedBeforeRestart) of 10000 fixes delivered; duplicates after restart \(harness.duplicateFixes)")
+        await harness.shutdown()
+    }
+
+    @Test func sigtermUnderLoadExitsZeroAndCommitsOnlyWhatFinished() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        harness.emulator.faultPlan = .init(latency: .milliseconds(20))
+        let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 10)
+        try await harness.produce(generated.events.map(\.record))
+        let keyPath = harness.writeKeyFile()
+
+        let relay = try Self.relayProcess(harness, keyPath: keyPath, extra: ["--shutdown-timeout", "10s"])
+        try await eventually("the relay is under way") { harness.emulator.statistics.locationsReceived >= 1000 }
+        let signalled = ContinuousClock.now
+        relay.process.terminate()
+        let result = await relay.finish()
+        let shutdownTime = ContinuousClock.now - signalled
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+        #expect(shutdownTime < .seconds(10 + 5), "stopped within the shutdown timeout (plus leaving the group)")
+
+        // Every record below a committed offset reached Fleet Engine.
+        let committed = try await harness.committedOffsets(group: "cli")
+        let records = try await harness.read(topic: harness.topic, count: generated.events.count)
+        #expect(records.count == generated.events.count)
+        let delivered = harness.emulator.vehicles
+        var coveredRecords = 0
+        for record in records where record.offset < (committed[record.partition] ?? nil) ?? 0 {
+            let event = try JSONParser.parse(record.value)
+            let id = try #require(event["vehicle_id"]?.stringValue)
+            let time = try #require(event["recorded_at"]?.stringValue.flatMap(RFC3339.parseMilliseconds))
+            #expect(delivered[VehicleIdentity(kind: .vehicle, id: id)]?.receivedFixTimes.contains(time) == true,
+                    "committed record \(record.partition)/\(record.offset) was never delivered")
+            coveredRecords += 1
+        }
+        #expect(coveredRecords > 0)
+        print("fault figures: SIGTERM under load, shutdown took \(shutdownTime), \(coveredRecords) records committed, \(harness.emulator.statistics.locationsReceived) fixes delivered")
+        await harness.shutdown()
+    }
 }

@@ -2,6 +2,7 @@ import FleetAuth
 import FleetEngine
 import Kafka
 import Relay
+import Synchronization
 import Testing
 
 func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0, offset: Int64 = 0) -> PendingFix {
@@ -134,7 +135,7 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         let first = try #require(await dispatcher.nextRequest())
         await dispatcher.submit([pendingFix("v", at: 2, offset: 1), pendingFix("v", at: 3, offset: 2)])
         #expect(await dispatcher.readyVehicles == 0, "the vehicle has a request in flight")
-        await dispatcher.complete(first, acceptedMilliseconds: 1)
+        await dispatcher.complete(first, newestKnownMilliseconds: 1, liveChecked: false)
         let second = try #require(await dispatcher.nextRequest())
         #expect(second.update.lastLocation.recordedAtMilliseconds == 3)
         #expect(second.update.pastLocations.map(\.recordedAtMilliseconds) == [2])
@@ -145,7 +146,7 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         await dispatcher.submit([pendingFix("v", at: 1)])
         let first = try #require(await dispatcher.nextRequest())
         let sentAt = ContinuousClock.now
-        await dispatcher.complete(first, acceptedMilliseconds: 1)
+        await dispatcher.complete(first, newestKnownMilliseconds: 1, liveChecked: false)
         await dispatcher.submit([pendingFix("v", at: 2), pendingFix("v", at: 3)])
         await dispatcher.releaseDeferred(now: sentAt + .seconds(1))
         #expect(await dispatcher.readyVehicles == 0)
@@ -164,15 +165,33 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(await dispatcher.readyVehicles == 0)
     }
 
-    @Test func workersAreReleasedOnceIntakeClosesAndAllIsSent() async throws {
+    @Test func abandoningDropsQueuedWorkAndReleasesWorkersAfterInFlightRequests() async throws {
         let dispatcher = VehicleDispatcher(minimumInterval: .seconds(60), settleStale: { _ in })
+        await dispatcher.submit([pendingFix("v", at: 1), pendingFix("w", at: 1)])
+        let first = try #require(await dispatcher.nextRequest())
+        await dispatcher.submit([pendingFix(first.update.vehicle.id, at: 2)])  // waits: request in flight
+        await dispatcher.abandonQueued()
+        let waiting = Task { await dispatcher.nextRequest() }
+        await dispatcher.complete(first, newestKnownMilliseconds: 1, liveChecked: false)
+        #expect(await waiting.value == nil)
+        #expect(await dispatcher.queuedFixes == 0)
+    }
+
+    @Test func firstRequestOfAVehicleInAnAssignmentEpochAsksForALiveCheck() async throws {
+        let epoch = Mutex<UInt64>(1)
+        let dispatcher = VehicleDispatcher(assignmentEpoch: { epoch.withLock { $0 } }, settleStale: { _ in })
         await dispatcher.submit([pendingFix("v", at: 1)])
         let first = try #require(await dispatcher.nextRequest())
-        await dispatcher.complete(first, acceptedMilliseconds: 1)
-        await dispatcher.submit([pendingFix("v", at: 2)])
-        await dispatcher.closeIntake()  // pacing no longer holds the queued fix back
-        let last = try #require(await dispatcher.nextRequest())
-        await dispatcher.complete(last, acceptedMilliseconds: 2)
-        #expect(await dispatcher.nextRequest() == nil)
+        #expect(first.liveCheckEpoch == 1)
+        await dispatcher.complete(first, newestKnownMilliseconds: 5, liveChecked: true)
+        await dispatcher.submit([pendingFix("v", at: 4), pendingFix("v", at: 6)])
+        let second = try #require(await dispatcher.nextRequest())
+        #expect(second.liveCheckEpoch == nil)
+        #expect(second.update.lastLocation.recordedAtMilliseconds == 6)
+        #expect(second.update.pastLocations.isEmpty, "the fix older than Fleet Engine's live one is stale")
+        await dispatcher.complete(second, newestKnownMilliseconds: 6, liveChecked: false)
+        epoch.withLock { $0 = 2 }  // a rebalance
+        await dispatcher.submit([pendingFix("v", at: 7)])
+        #expect(try #require(await dispatcher.nextRequest()).liveCheckEpoch == 2)
     }
 }

@@ -55,7 +55,7 @@ extension IntegrationTests {
 
         // A second run in the same group starts at the committed offsets: it forwards
         // only a record produced after it joined.
-        let requestsBefore = harness.emulator.statistics.requests
+        let updatesBefore = harness.emulator.statistics.updateRequests
         let second = try harness.startRelay(group: "relay")
         try await eventually("the second relay owns every partition") { second.relay.assignedPartitions.count == 4 }
         let sentinel = GeneratedEvents(vehicles: 1, fixesPerVehicle: 1, prefix: "sentinel-")
@@ -66,7 +66,7 @@ extension IntegrationTests {
         try await eventually("the sentinel is finished") { second.relay.statistics.snapshot.finished == 1 }
         try await second.stop()
         #expect(second.relay.statistics.snapshot.consumed == 1)
-        #expect(harness.emulator.statistics.requests == requestsBefore + 1)
+        #expect(harness.emulator.statistics.updateRequests == updatesBefore + 1)
         await harness.shutdown()
     }
 
@@ -135,7 +135,7 @@ extension IntegrationTests {
         let totals = running.relay.statistics.snapshot
         #expect(totals.deadLettered == 0)
         #expect(totals.retries >= 20)
-        #expect(harness.emulator.statistics.responsesByStatus[503] == 15)
+        #expect(harness.emulator.statistics.updateResponsesByStatus[503] == 15)
         for (id, event) in generated.newest {
             #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt)
         }
@@ -156,12 +156,37 @@ extension IntegrationTests {
         try await running.stop()
         #expect(running.relay.statistics.snapshot.deadLettered == 6)
         // Each vehicle's request was tried twice: once, and once more with a fresh token.
-        #expect(harness.emulator.statistics.responsesByStatus[401] == 6)
+        #expect(harness.emulator.statistics.updateResponsesByStatus[401] == 6)
         let letters = try await harness.readDeadLetters(count: 6)
         #expect(letters.map { $0.header("fleet-relay-error") } == Array(repeating: "unauthenticated", count: 6))
         let end = try await harness.endOffsets()
         let committed = try await harness.committedOffsets(group: "relay")
         #expect(committed[0] == .some(end[0]))
+        await harness.shutdown()
+    }
+
+    @Test func fixesOlderThanFleetEnginesLiveLocationAreNeverSent() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 4)
+        // Fleet Engine already holds a newer fix of every vehicle, as after a previous owner or a restart.
+        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId))
+        let signer = LocalKeySigner(key: harness.key)
+        for (id, event) in generated.newest {
+            let vehicle = VehicleIdentity(kind: .vehicle, id: id)
+            let newer = LocationFix(latitude: 1, longitude: 1, recordedAtMilliseconds: event.recordedAt + 1000)
+            let token = try await signer.mint(for: vehicle).token
+            #expect(await client.send(VehicleLocationUpdate(vehicle: vehicle, lastLocation: newer), token: token).status == 200)
+        }
+        await client.shutdown()
+        try await harness.produce(generated.events.map(\.record))
+
+        let running = try harness.startRelay(group: "relay")
+        try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 20 }
+        try await running.stop()
+        #expect(running.relay.statistics.snapshot.stale == 20)
+        #expect(harness.emulator.statistics.updateRequests == 5, "only the five seeding updates")
+        #expect(harness.backwardsUpdates == 0)
+        #expect(try await harness.committedToTheEnd(group: "relay"))
         await harness.shutdown()
     }
 }

@@ -122,3 +122,55 @@ final class FailingSigner: VehicleTokenSigner {
         return try await base.mint(for: vehicle)
     }
 }
+
+extension IntegrationTests.RelayFaultTests {
+    @Test func brokerDownAndCommitErrorsMidRunLoseNothing() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        harness.emulator.faultPlan = .init(latency: .milliseconds(20))  // stretch the run over the faults
+        let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 20)
+        try await harness.produce(generated.events.map(\.record))
+
+        let running = try harness.startRelay(group: "relay") { $0.maximumInFlight = 8 }
+        try await eventually("the relay is under way") { running.relay.statistics.snapshot.finished >= 3000 }
+        harness.cluster.setBrokerDown(1)
+        harness.cluster.failNextRequests(apiKey: 8, error: 16, count: 5)  // OffsetCommit → NOT_COORDINATOR
+        try await Task.sleep(for: .seconds(5))  // the length of the outage, not a wait for a condition
+        harness.cluster.setBrokerUp(1)
+        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
+            harness.lostEvents(generated.events).isEmpty
+        }
+        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
+            try await harness.committedToTheEnd(group: "relay")
+        }
+        try await running.stop()
+        #expect(harness.backwardsUpdates == 0)
+        #expect(running.relay.statistics.snapshot.deadLettered == 0)
+        print("fault figures: broker down 5 s + 5 commit errors, 20000 events, duplicates \(harness.duplicateFixes)")
+        await harness.shutdown()
+    }
+
+    @Test func groupMembershipChangingTwiceLosesNothingAndMovesNoVehicleBackwards() async throws {
+        let harness = try await RelayHarness(partitions: 6)
+        harness.emulator.faultPlan = .init(latency: .milliseconds(10))
+        let generated = GeneratedEvents(vehicles: 1500, fixesPerVehicle: 20)
+        try await harness.produce(generated.events.map(\.record))
+        func slow(_ configuration: inout RelayConfiguration) { configuration.maximumInFlight = 4 }
+
+        let relays = try (0..<3).map { _ in try harness.startRelay(group: "relay", configure: slow) }
+        func finished() -> Int { relays.reduce(0) { $0 + $1.relay.statistics.snapshot.finished } }
+        try await eventually("the group is under way") { finished() >= 5000 }
+        try await relays[1].stop()  // membership change 1: a member leaves
+        try await eventually("the rest is under way") { finished() >= 15_000 }
+        let joiner = try harness.startRelay(group: "relay", configure: slow)  // membership change 2: one joins
+        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
+            harness.lostEvents(generated.events).isEmpty
+        }
+        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
+            try await harness.committedToTheEnd(group: "relay")
+        }
+        for running in [relays[0], relays[2], joiner] { try await running.stop() }
+        #expect(harness.backwardsUpdates == 0)
+        print("fault figures: 3 members, one left, one joined; 30000 events, duplicates \(harness.duplicateFixes)")
+        await harness.shutdown()
+    }
+}

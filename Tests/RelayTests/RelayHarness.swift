@@ -102,9 +102,14 @@ final class RelayHarness: Sendable {
 
     /// Reads the dead-letter topic from the start until `count` records arrived.
     func readDeadLetters(count: Int) async throws -> [KafkaRecord] {
+        try await read(topic: topic + ".dlq", count: count)
+    }
+
+    /// Reads a topic from the start, in a throwaway group, until `count` records arrived.
+    func read(topic: String, count: Int) async throws -> [KafkaRecord] {
         var configuration = kafka
-        configuration["group.id"] = "dlq-reader-\(UUID().uuidString.prefix(8))"
-        let consumer = try KafkaConsumer(configuration: configuration, topics: [topic + ".dlq"], logger: logger)
+        configuration["group.id"] = "reader-\(UUID().uuidString.prefix(8))"
+        let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: logger)
         var records: [KafkaRecord] = []
         let deadline = ContinuousClock.now + .seconds(90)
         let reader = Task {
@@ -131,6 +136,11 @@ final class RelayHarness: Sendable {
         return events.filter { event in
             !(vehicles[VehicleIdentity(kind: .vehicle, id: event.vehicle)]?.receivedFixTimes.contains(event.recordedAt) ?? false)
         }
+    }
+
+    /// Fixes received more than once (at-least-once redelivery after a crash or rebalance).
+    var duplicateFixes: Int {
+        emulator.statistics.locationsReceived - emulator.vehicles.values.reduce(0) { $0 + $1.receivedFixTimes.count }
     }
 
     /// Accepted updates that moved a vehicle back in time.
