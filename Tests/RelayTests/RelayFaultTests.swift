@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetEngine
 import Foundation
+import JSON
 import Kafka
 import Relay
 import Synchronization
@@ -13,10 +14,8 @@ import Testing
 extension IntegrationTests {
     @Suite struct RelayFaultTests {
         @Test func fivePercentUnavailableAndFivePercentThrottledOver20000Events() async throws {
-            let harness = try await RelayHarness(partitions: 4)
+            let (harness, generated) = try await RelayHarness.withBacklog(partitions: 4, vehicles: 1000, fixesPerVehicle: 20)
             harness.emulator.faultPlan = .init(failRate: 0.05, throttleRate: 0.05)
-            let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 20)
-            try await harness.produce(generated.events.map(\.record))
 
             let started = ContinuousClock.now
             let running = try harness.startRelay(group: "relay")
@@ -38,9 +37,7 @@ extension IntegrationTests {
         }
 
         @Test func fleetEngineOutagePausesFetchingAndEverythingDrainsAfterwards() async throws {
-            let harness = try await RelayHarness(partitions: 4)
-            let generated = GeneratedEvents(vehicles: 500, fixesPerVehicle: 40)
-            try await harness.produce(generated.events.map(\.record))
+            let (harness, generated) = try await RelayHarness.withBacklog(partitions: 4, vehicles: 500, fixesPerVehicle: 40)
             harness.emulator.goDown(for: .seconds(10))
 
             let cap = 2000
@@ -75,9 +72,7 @@ extension IntegrationTests {
         }
 
         @Test func signerOutageHoldsRecordsWithoutDeadLetteringThem() async throws {
-            let harness = try await RelayHarness(partitions: 2)
-            let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 10)
-            try await harness.produce(generated.events.map(\.record))
+            let (harness, generated) = try await RelayHarness.withBacklog(partitions: 2, vehicles: 100, fixesPerVehicle: 10)
             let signer = FailingSigner(base: LocalKeySigner(key: harness.key), failFor: .seconds(10))
 
             let running = try harness.startRelay(group: "relay", signer: signer)
@@ -125,10 +120,9 @@ final class FailingSigner: VehicleTokenSigner {
 
 extension IntegrationTests.RelayFaultTests {
     @Test func brokerDownAndCommitErrorsMidRunLoseNothing() async throws {
-        let harness = try await RelayHarness(partitions: 4)
-        harness.emulator.faultPlan = .init(latency: .milliseconds(20))  // stretch the run over the faults
-        let generated = GeneratedEvents(vehicles: 1000, fixesPerVehicle: 20)
-        try await harness.produce(generated.events.map(\.record))
+        // Latency stretches the run over the faults.
+        let (harness, generated) = try await RelayHarness.withBacklog(
+            partitions: 4, vehicles: 1000, fixesPerVehicle: 20, latency: .milliseconds(20))
 
         let running = try harness.startRelay(group: "relay") { $0.maximumInFlight = 8 }
         try await eventually("the relay is under way") { running.relay.statistics.snapshot.finished >= 3000 }
@@ -136,12 +130,7 @@ extension IntegrationTests.RelayFaultTests {
         harness.cluster.failNextRequests(apiKey: 8, error: 16, count: 5)  // OffsetCommit → NOT_COORDINATOR
         try await Task.sleep(for: .seconds(5))  // the length of the outage, not a wait for a condition
         harness.cluster.setBrokerUp(1)
-        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
-            harness.lostEvents(generated.events).isEmpty
-        }
-        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
-            try await harness.committedToTheEnd(group: "relay")
-        }
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
         try await running.stop()
         #expect(harness.backwardsUpdates == 0)
         #expect(running.relay.statistics.snapshot.deadLettered == 0)
@@ -150,10 +139,8 @@ extension IntegrationTests.RelayFaultTests {
     }
 
     @Test func groupMembershipChangingTwiceLosesNothingAndMovesNoVehicleBackwards() async throws {
-        let harness = try await RelayHarness(partitions: 6)
-        harness.emulator.faultPlan = .init(latency: .milliseconds(10))
-        let generated = GeneratedEvents(vehicles: 1500, fixesPerVehicle: 20)
-        try await harness.produce(generated.events.map(\.record))
+        let (harness, generated) = try await RelayHarness.withBacklog(
+            partitions: 6, vehicles: 1500, fixesPerVehicle: 20, latency: .milliseconds(10))
         func slow(_ configuration: inout RelayConfiguration) { configuration.maximumInFlight = 4 }
 
         let relays = try (0..<3).map { _ in try harness.startRelay(group: "relay", configure: slow) }
@@ -162,15 +149,78 @@ extension IntegrationTests.RelayFaultTests {
         try await relays[1].stop()  // membership change 1: a member leaves
         try await eventually("the rest is under way") { finished() >= 15_000 }
         let joiner = try harness.startRelay(group: "relay", configure: slow)  // membership change 2: one joins
-        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
-            harness.lostEvents(generated.events).isEmpty
-        }
-        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
-            try await harness.committedToTheEnd(group: "relay")
-        }
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
         for running in [relays[0], relays[2], joiner] { try await running.stop() }
         #expect(harness.backwardsUpdates == 0)
         print("fault figures: 3 members, one left, one joined; 30000 events, duplicates \(harness.duplicateFixes)")
+        await harness.shutdown()
+    }
+}
+
+extension IntegrationTests.RelayFaultTests {
+    typealias RunningProcess = IntegrationTests.CommandLineTests.RunningProcess
+
+    static func relayProcess(_ harness: RelayHarness, keyPath: String, extra: [String] = []) throws -> RunningProcess {
+        try RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
+            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "4",
+            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info",
+        ] + extra)
+    }
+
+    @Test func relayKilledMidRunAndRestartedLosesNothing() async throws {
+        let (harness, generated) = try await RelayHarness.withBacklog(
+            partitions: 4, vehicles: 1000, fixesPerVehicle: 10, latency: .milliseconds(5))
+        let keyPath = harness.writeKeyFile()
+
+        let first = try Self.relayProcess(harness, keyPath: keyPath)
+        try await eventually("the first relay committed some offsets") {
+            try await harness.committedOffsets(group: "cli").values.contains { ($0 ?? 0) > 0 }
+        }
+        kill(first.process.processIdentifier, SIGKILL)  // no graceful shutdown
+        _ = await first.finish()
+        let receivedBeforeRestart = harness.emulator.statistics.locationsReceived
+        #expect(receivedBeforeRestart < 10_000, "the kill came mid-run")
+
+        let second = try Self.relayProcess(harness, keyPath: keyPath)
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "cli")
+        second.process.terminate()
+        #expect(await second.finish().status == 0)
+        #expect(harness.backwardsUpdates == 0)
+        print("fault figures: SIGKILL after \(receivedBeforeRestart) of 10000 fixes delivered; duplicates after restart \(harness.duplicateFixes)")
+        await harness.shutdown()
+    }
+
+    @Test func sigtermUnderLoadExitsZeroAndCommitsOnlyWhatFinished() async throws {
+        let (harness, generated) = try await RelayHarness.withBacklog(
+            partitions: 4, vehicles: 1000, fixesPerVehicle: 10, latency: .milliseconds(20))
+        let keyPath = harness.writeKeyFile()
+
+        let relay = try Self.relayProcess(harness, keyPath: keyPath, extra: ["--shutdown-timeout", "10s"])
+        try await eventually("the relay is under way") { harness.emulator.statistics.locationsReceived >= 1000 }
+        let signalled = ContinuousClock.now
+        relay.process.terminate()
+        let result = await relay.finish()
+        let shutdownTime = ContinuousClock.now - signalled
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+        #expect(shutdownTime < .seconds(10 + 5), "stopped within the shutdown timeout (plus leaving the group)")
+
+        // Every record below a committed offset reached Fleet Engine.
+        let committed = try await harness.committedOffsets(group: "cli")
+        let records = try await harness.read(topic: harness.topic, count: generated.events.count)
+        #expect(records.count == generated.events.count)
+        let delivered = harness.emulator.vehicles
+        var coveredRecords = 0
+        for record in records where record.offset < (committed[record.partition] ?? nil) ?? 0 {
+            let event = try JSONParser.parse(record.value)
+            let id = try #require(event["vehicle_id"]?.stringValue)
+            let time = try #require(event["recorded_at"]?.stringValue.flatMap(RFC3339.parseMilliseconds))
+            #expect(delivered[VehicleIdentity(kind: .vehicle, id: id)]?.receivedFixTimes.contains(time) == true,
+                    "committed record \(record.partition)/\(record.offset) was never delivered")
+            coveredRecords += 1
+        }
+        #expect(coveredRecords > 0)
+        print("fault figures: SIGTERM under load, shutdown took \(shutdownTime), \(coveredRecords) records committed, \(harness.emulator.statistics.locationsReceived) fixes delivered")
         await harness.shutdown()
     }
 }

@@ -152,6 +152,26 @@ final class RelayHarness: Sendable {
         return (0..<Int32(partitions)).allSatisfy { committed[$0] == .some(end[$0]) }
     }
 
+    /// A harness whose topic already holds a backlog of generated events.
+    static func withBacklog(partitions: Int, vehicles: Int, fixesPerVehicle: Int,
+                            latency: Duration = .zero) async throws -> (RelayHarness, GeneratedEvents) {
+        let harness = try await RelayHarness(partitions: partitions)
+        harness.emulator.faultPlan = .init(latency: latency)
+        let generated = GeneratedEvents(vehicles: vehicles, fixesPerVehicle: fixesPerVehicle)
+        try await harness.produce(generated.events.map(\.record))
+        return (harness, generated)
+    }
+
+    /// Waits until every event's fix reached the emulator and the group committed to the end.
+    func waitUntilEverythingIsDelivered(_ generated: GeneratedEvents, group: String) async throws {
+        try await eventually("every event reached the emulator", timeout: .seconds(300)) {
+            lostEvents(generated.events).isEmpty
+        }
+        try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
+            try await committedToTheEnd(group: group)
+        }
+    }
+
     func shutdown() async {
         await emulator.shutdown()
     }
