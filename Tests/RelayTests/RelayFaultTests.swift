@@ -224,3 +224,29 @@ extension IntegrationTests.RelayFaultTests {
         await harness.shutdown()
     }
 }
+
+extension IntegrationTests.RelayFaultTests {
+    @Test func partitionCommitWaitsWhileTheDeadLetterTopicIsUnavailable() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1)
+        var records = generated.events.map(\.record)
+        records.insert((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\"}".utf8)), at: 5)  // offset 5 is bad
+        try await harness.produce(records)
+        // Produce requests (the dead-letter writes) fail with NOT_LEADER_FOR_PARTITION for a while.
+        harness.cluster.failNextRequests(apiKey: 0, error: 6, count: 100)
+
+        let running = try harness.startRelay(group: "relay")
+        try await eventually("the good records are finished and committed up to the bad one") {
+            let committed = try await harness.committedOffsets(group: "relay")
+            return running.relay.statistics.snapshot.finished == 10 && committed[0] == .some(5)
+        }
+        #expect(running.relay.statistics.snapshot.deadLettered == 0, "the dead letter is not written yet")
+        try await eventually("the dead letter is written once the topic is back", timeout: .seconds(120)) {
+            running.relay.statistics.snapshot.deadLettered == 1
+        }
+        try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
+        try await running.stop()
+        #expect(try await harness.readDeadLetters(count: 1).first?.header("fleet-relay-error") == "missing_field")
+        await harness.shutdown()
+    }
+}
