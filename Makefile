@@ -1,14 +1,14 @@
 # fleet-relay — see README.md. `make run` starts the local demo, `make test` runs every test.
 SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
-APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config
+APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
 .PHONY: deps build test run release clean
 
-## Install the C libraries (librdkafka, libssl) and kcat with apt-get when they are missing.
+## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
-	@if pkg-config --exists rdkafka libcrypto 2>/dev/null && command -v kcat >/dev/null; then \
-		echo "deps: librdkafka $$(pkg-config --modversion rdkafka), libcrypto $$(pkg-config --modversion libcrypto), kcat present"; \
+	@if pkg-config --exists rdkafka libcrypto 2>/dev/null && command -v kcat >/dev/null && command -v promtool >/dev/null; then \
+		echo "deps: librdkafka $$(pkg-config --modversion rdkafka), libcrypto $$(pkg-config --modversion libcrypto), kcat, promtool present"; \
 	else \
 		echo "deps: installing $(APT_PACKAGES) with apt-get"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES); \

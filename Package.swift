@@ -13,6 +13,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // librdkafka and its mock cluster, from the system (librdkafka-dev).
@@ -60,6 +62,15 @@ let package = Package(
             dependencies: [
                 "JSON", "Kafka", "FleetAuth", "FleetEngine",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "OpsServer",
+            dependencies: [
+                "HTTPServing", "JSON",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -70,13 +81,19 @@ let package = Package(
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "OpsServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(
+            name: "OpsServerTests",
+            dependencies: ["OpsServer", "HTTPServing", "JSON", .product(name: "Prometheus", package: "swift-prometheus")]
+        ),
         .testTarget(name: "FleetAuthTests", dependencies: ["FleetAuth", "JSON"]),
         .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
         .testTarget(

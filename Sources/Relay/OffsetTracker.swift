@@ -156,6 +156,11 @@ public final class OffsetTracker: Sendable {
         }
     }
 
+    /// The last committed offset of each assigned partition that has one.
+    public var lastCommittedOffsets: [TopicPartition: Int64] {
+        partitions.withLock { $0.compactMapValues(\.lastCommitted) }
+    }
+
     public var assignedPartitions: [TopicPartition] {
         partitions.withLock { $0.keys.sorted() }
     }

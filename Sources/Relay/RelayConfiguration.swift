@@ -26,6 +26,8 @@ public struct RelayConfiguration: Sendable {
     public var revokeDrainTimeout: Duration
     /// Fixes of a vehicle arriving sooner than this after its last request wait and are coalesced.
     public var minimumIntervalPerVehicle: Duration
+    /// How long Fleet Engine or the signer may fail before the relay reports not ready.
+    public var readyMaximumOutage: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
                 defaultKind: VehicleKind = .vehicle, batchSize: Int = 500, batchLinger: Duration = .milliseconds(100),
@@ -33,7 +35,7 @@ public struct RelayConfiguration: Sendable {
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
                 retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(5),
-                minimumIntervalPerVehicle: Duration = .zero) {
+                minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60)) {
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -50,5 +52,6 @@ public struct RelayConfiguration: Sendable {
         self.retryDeadline = retryDeadline
         self.revokeDrainTimeout = revokeDrainTimeout
         self.minimumIntervalPerVehicle = minimumIntervalPerVehicle
+        self.readyMaximumOutage = readyMaximumOutage
     }
 }

@@ -19,6 +19,8 @@ import Glibc
 public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
     public let statistics = RelayStatistics()
+    public let health: RelayHealth
+    private let tokens: TokenCache
     private let tracker = OffsetTracker()
     private let inFlight = InFlightRegistry()
     private let assignmentEpoch = AssignmentEpoch()
@@ -39,6 +41,8 @@ public final class RelayService: Service, Sendable {
                 logger: Logger) throws(KafkaError) {
         self.configuration = configuration
         self.logger = logger
+        self.tokens = tokens
+        self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage)
         self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
         self.batcher = Batcher(maximumSize: configuration.batchSize, linger: configuration.batchLinger)
         let producerProperties = configuration.kafka.properties.merging(["message.timeout.ms": "30000"]) { user, _ in user }
@@ -46,14 +50,15 @@ public final class RelayService: Service, Sendable {
         self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
                                             retryPolicy: configuration.retryPolicy, logger: logger)
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
-                                         retryDeadline: configuration.retryDeadline, statistics: statistics, logger: logger)
+                                         retryDeadline: configuration.retryDeadline, statistics: statistics,
+                                         health: health, logger: logger)
         let (tracker, statistics, epoch) = (self.tracker, self.statistics, self.assignmentEpoch)
         self.dispatcher = VehicleDispatcher(
             pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             isCurrent: { tracker.owns($0) }, assignmentEpoch: { epoch.current }
         ) { staleFixes in
             for fix in staleFixes { tracker.finish(fix.source) }
-            statistics.stale.add(staleFixes.count, ordering: .relaxed)
+            statistics.recordFinished(.stale, count: staleFixes.count)
         }
     }
 
@@ -71,6 +76,7 @@ public final class RelayService: Service, Sendable {
     public func run() async throws {
         let consumer = try makeConsumer()
         consumerState.withLock { $0 = consumer }
+        health.watchPollLoop { consumer.secondsSinceLastPoll }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
         let processing = Task { await self.process() }
@@ -97,6 +103,7 @@ public final class RelayService: Service, Sendable {
             switch event {
             case .assigned(let partitions, let generation):
                 tracker.assign(partitions, generation: generation)
+                health.recordJoinedGroup()
                 assignmentEpoch.advance()
                 return []
             case .revoked(let partitions, let lost):
@@ -128,18 +135,21 @@ public final class RelayService: Service, Sendable {
     /// Reads records until graceful shutdown; bad ones go to the dead-letter topic at once.
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
+            var consumedPerPartition: [TopicPartition: Int] = [:]
             for record in chunk where tracker.register(record) {
-                statistics.consumed.add(1, ordering: .relaxed)
+                consumedPerPartition[record.topicPartition, default: 0] += 1
                 let source = RecordSource(record)
                 switch decoder.decode(key: record.key, value: record.value) {
                 case .success(let update):
                     if let batch = batcher.add(PendingFix(update: update, source: source)) {
+                        statistics.recordBatch(size: batch.count)
                         await dispatcher.submit(batch)
                     }
                 case .failure(let rejection):
                     deadLetter(source, reason: rejection.reason.rawValue, detail: rejection.detail)
                 }
             }
+            statistics.recordConsumed(consumedPerPartition)
             applyFlowControl(consumer)
         }
     }
@@ -163,12 +173,14 @@ public final class RelayService: Service, Sendable {
         while let request = await dispatcher.nextRequest() {
             let tracker = self.tracker
             inFlight.enter(request.sources)
+            statistics.requestStarted()
             let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil) {
                 request.sources.contains { tracker.owns($0) }
             }
             await dispatcher.complete(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds,
                                       liveChecked: delivery.liveChecked)
             settle(request, delivery.outcome)
+            statistics.requestEnded()
             inFlight.leave(request.sources)
         }
     }
@@ -177,11 +189,13 @@ public final class RelayService: Service, Sendable {
         switch outcome {
         case .accepted:
             for source in request.sources { tracker.finish(source) }
-            statistics.accepted.add(1, ordering: .relaxed)
-            statistics.superseded.add(request.carried.count, ordering: .relaxed)
+            statistics.recordFinished(.accepted)
+            statistics.recordFinished(.superseded, count: request.carried.count)
+            statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
+                                      coalesced: request.sources.count)
         case .stale:
             for source in request.sources { tracker.finish(source) }
-            statistics.stale.add(request.sources.count, ordering: .relaxed)
+            statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
             logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
             for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
@@ -195,7 +209,7 @@ public final class RelayService: Service, Sendable {
         inFlight.enter([source])
         deadLetters.submit(source, reason: reason, detail: detail) {
             tracker.finish(source)
-            statistics.deadLettered.add(1, ordering: .relaxed)
+            statistics.recordDeadLetter(reason: reason)
             inFlight.leave([source])
         }
     }
@@ -204,16 +218,26 @@ public final class RelayService: Service, Sendable {
     private func housekeep(_ consumer: KafkaConsumer) async {
         let tick = Duration.milliseconds(20)
         var sinceCommit = Duration.zero
+        var sinceGauges = Duration.seconds(5)
+        let gauges = RelayGauges()
         while !Task.isCancelled {
-            if let batch = batcher.takeIfLingered() { await dispatcher.submit(batch) }
+            if let batch = batcher.takeIfLingered() {
+                statistics.recordBatch(size: batch.count)
+                await dispatcher.submit(batch)
+            }
             await dispatcher.releaseDeferred()
             applyFlowControl(consumer)
             if sinceCommit >= configuration.commitInterval {
                 await commit(consumer)
                 sinceCommit = .zero
             }
+            if sinceGauges >= .seconds(5) {
+                await gauges.refresh(consumer: consumer, tracker: tracker, tokens: tokens)
+                sinceGauges = .zero
+            }
             try? await Task.sleep(for: tick)
             sinceCommit += tick
+            sinceGauges += tick
         }
     }
 

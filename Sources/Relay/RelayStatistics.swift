@@ -1,23 +1,100 @@
+import FleetAuth
+import Kafka
+import Metrics
 import Synchronization
 
-/// Running totals of what the relay did, for status lines and tests.
+/// What the relay did: lock-free running totals for status lines and tests, and
+/// the same events as swift-metrics metrics (names fixed, documented in the README).
 ///
-/// Threading: lock-free counters, updated from any task.
+/// Threading: every method may be called from any task.
 public final class RelayStatistics: Sendable {
+    /// How a record ended.
+    public enum Outcome: String, Sendable, CaseIterable {
+        case accepted
+        case deadLettered = "dead_lettered"
+        /// Sent in an accepted request's `pastLocations` (or beyond its cap).
+        case superseded
+        /// Not newer than what Fleet Engine already holds; never sent.
+        case stale
+    }
+
     public let consumed = Atomic<Int>(0)
     /// Records sent as a request's `lastLocation` and accepted.
     public let accepted = Atomic<Int>(0)
-    /// Records that travelled in an accepted request's `pastLocations` (or beyond its cap).
     public let superseded = Atomic<Int>(0)
-    /// Records older than a fix Fleet Engine already accepted for their vehicle.
     public let stale = Atomic<Int>(0)
     public let deadLettered = Atomic<Int>(0)
     public let requestsAccepted = Atomic<Int>(0)
     public let requestsFailed = Atomic<Int>(0)
     public let retries = Atomic<Int>(0)
     public let commits = Atomic<Int>(0)
+    public let inFlightRequests = Atomic<Int>(0)
 
-    public init() {}
+    private let finishedCounters: [Outcome: Counter]
+    private let inFlightGauge = Gauge(label: "fleet_relay_in_flight_requests")
+    private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
+    private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
+    private let batchRecords = Recorder(label: "fleet_relay_batch_records")
+    private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
+
+    public init() {
+        finishedCounters = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {
+            ($0, Counter(label: "fleet_relay_records_finished_total", dimensions: [("outcome", $0.rawValue)]))
+        })
+    }
+
+    func recordConsumed(_ counts: [TopicPartition: Int]) {
+        for (partition, count) in counts {
+            consumed.add(count, ordering: .relaxed)
+            Counter(label: "fleet_relay_records_consumed_total",
+                    dimensions: [("topic", partition.topic), ("partition", String(partition.partition))]).increment(by: count)
+        }
+    }
+
+    func recordFinished(_ outcome: Outcome, count: Int = 1) {
+        guard count > 0 else { return }
+        switch outcome {
+        case .accepted: accepted.add(count, ordering: .relaxed)
+        case .deadLettered: deadLettered.add(count, ordering: .relaxed)
+        case .superseded: superseded.add(count, ordering: .relaxed)
+        case .stale: stale.add(count, ordering: .relaxed)
+        }
+        finishedCounters[outcome]?.increment(by: count)
+    }
+
+    func recordDeadLetter(reason: String) {
+        recordFinished(.deadLettered)
+        Counter(label: "fleet_relay_dead_letters_total", dimensions: [("reason", reason)]).increment()
+    }
+
+    /// One Fleet Engine request (status 0: no answer) and how long it took.
+    func recordRequest(kind: VehicleKind, status: Int, duration: Duration) {
+        if (200..<300).contains(status) {
+            requestsAccepted.add(1, ordering: .relaxed)
+        } else {
+            requestsFailed.add(1, ordering: .relaxed)
+        }
+        Counter(label: "fleet_relay_fleet_engine_requests_total",
+                dimensions: [("kind", kind.rawValue), ("status", String(status))]).increment()
+        requestSeconds.recordNanoseconds(duration.nanoseconds)
+    }
+
+    func recordRetry(cause: String) {
+        retries.add(1, ordering: .relaxed)
+        Counter(label: "fleet_relay_retries_total", dimensions: [("cause", cause)]).increment()
+    }
+
+    func recordAccepted(recordedAtMilliseconds: Int64, coalesced: Int) {
+        let latency = WallClock.nowMilliseconds() - recordedAtMilliseconds
+        endToEndSeconds.recordNanoseconds(max(0, latency) * 1_000_000)
+        coalescedPerRequest.record(coalesced)
+    }
+
+    func recordBatch(size: Int) { batchRecords.record(size) }
+
+    func requestStarted() { inFlightGauge.record(inFlightRequests.add(1, ordering: .relaxed).newValue) }
+
+    func requestEnded() { inFlightGauge.record(inFlightRequests.subtract(1, ordering: .relaxed).newValue) }
 
     public struct Snapshot: Sendable, Equatable {
         public var consumed = 0
@@ -42,5 +119,11 @@ public final class RelayStatistics: Sendable {
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
             commits: commits.load(ordering: .relaxed))
+    }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
     }
 }

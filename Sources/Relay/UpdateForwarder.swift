@@ -35,10 +35,12 @@ public struct UpdateForwarder: Sendable {
     let retryPolicy: RetryPolicy
     let retryDeadline: Duration?
     let statistics: RelayStatistics
+    let health: RelayHealth
     let logger: Logger
 
     public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
-                statistics: RelayStatistics, logger: Logger) {
+                statistics: RelayStatistics, health: RelayHealth, logger: Logger) {
+        self.health = health
         self.client = client
         self.tokens = tokens
         self.retryPolicy = retryPolicy
@@ -68,10 +70,12 @@ public struct UpdateForwarder: Sendable {
             let token: String
             do {
                 token = try await tokens.token(for: update.vehicle)
+                health.recordSignerSuccess()
             } catch {
                 logger.warning("No token for \(update.vehicle): \(error)")
                 lastCause = "signer: \(error)"
-                guard await backOff(attempt: &attempt, retryAfter: nil) else { break }
+                health.recordSignerFailure()
+                guard await backOff(attempt: &attempt, retryAfter: nil, cause: "signer") else { break }
                 continue
             }
             if !delivery.liveChecked {
@@ -87,35 +91,35 @@ public struct UpdateForwarder: Sendable {
                     delivery.liveChecked = true  // the update itself will say what is wrong
                 case .unavailable(let cause):
                     lastCause = cause
-                    guard await backOff(attempt: &attempt, retryAfter: nil) else { break }
+                    health.record(.transient(cause: cause, retryAfterSeconds: nil))
+                    guard await backOff(attempt: &attempt, retryAfter: nil, cause: cause) else { break }
                     continue
                 }
             }
+            let started = ContinuousClock.now
             let response = await client.send(update, token: token)
+            statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
+            health.record(response.outcome)
             switch response.outcome {
             case .accepted:
-                statistics.requestsAccepted.add(1, ordering: .relaxed)
                 delivery.outcome = .accepted
                 delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
                 return delivery
             case .unauthenticated, .permissionDenied:
-                statistics.requestsFailed.add(1, ordering: .relaxed)
                 if reauthenticated {
                     delivery.outcome = .rejected(reason: response.outcome.deadLetterReason, detail: Self.detail(response))
                     return delivery
                 }
                 reauthenticated = true
                 await tokens.invalidate(update.vehicle)
-                statistics.retries.add(1, ordering: .relaxed)
+                statistics.recordRetry(cause: response.outcome.deadLetterReason)
             case .rejected(let reason):
-                statistics.requestsFailed.add(1, ordering: .relaxed)
                 delivery.outcome = .rejected(reason: reason, detail: Self.detail(response))
                 return delivery
             case .transient(let cause, let retryAfter):
-                statistics.requestsFailed.add(1, ordering: .relaxed)
                 logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying")
                 lastCause = cause
-                guard await backOff(attempt: &attempt, retryAfter: retryAfter) else { break }
+                guard await backOff(attempt: &attempt, retryAfter: retryAfter, cause: cause) else { break }
             }
         }
         delivery.outcome = .abandoned
@@ -140,10 +144,10 @@ public struct UpdateForwarder: Sendable {
     }
 
     /// Sleeps before the next attempt; false when the task was cancelled meanwhile.
-    private func backOff(attempt: inout Int, retryAfter: Double?) async -> Bool {
+    private func backOff(attempt: inout Int, retryAfter: Double?, cause: String) async -> Bool {
         let delay = retryPolicy.delay(attempt: attempt, retryAfterSeconds: retryAfter)
         attempt += 1
-        statistics.retries.add(1, ordering: .relaxed)
+        statistics.recordRetry(cause: cause)
         do {
             try await Task.sleep(for: delay)
             return true

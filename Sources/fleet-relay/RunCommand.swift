@@ -3,6 +3,7 @@ import FleetAuth
 import FleetEngine
 import Kafka
 import Logging
+import OpsServer
 import Relay
 import ServiceLifecycle
 
@@ -18,6 +19,15 @@ struct RunCommand: AsyncParsableCommand {
 
     @Option(help: "Kafka consumer group; replicas sharing it split the topic's partitions.")
     var group = "fleet-relay"
+
+    @Option(help: "Port of the ops endpoint (/metrics, /healthz, /readyz); 0 picks a free one.")
+    var metricsPort = 9090
+
+    @Option(help: "Address the ops endpoint listens on.")
+    var metricsHost = "0.0.0.0"
+
+    @Option(help: "How long Fleet Engine or the signer may fail before /readyz reports not ready.")
+    var readyMaxOutage = DurationArgument(argument: "60s")!
 
     @OptionGroup var signer: SignerOptions
     @OptionGroup var fleetEngine: FleetEngineOptions
@@ -38,8 +48,10 @@ struct RunCommand: AsyncParsableCommand {
         let client = FleetEngineClient(configuration: clientConfiguration)
         let tokens = TokenCache(signer: LocalKeySigner(key: key), refreshMarginSeconds: Int64(signer.tokenRefreshMargin),
                                 wildcard: signer.wildcardToken)
-        let relayConfiguration = pipeline.relayConfiguration(
+        var relayConfiguration = pipeline.relayConfiguration(
             kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight)
+        relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
+        let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay: RelayService
         do {
             relay = try RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger)
@@ -55,8 +67,21 @@ struct RunCommand: AsyncParsableCommand {
             "signer": "local", "service_account": "\(key.clientEmail)", "wildcard_token": "\(signer.wildcardToken)",
             "kafka_properties": "\(kafkaConfiguration.redacted.filter { $0.key != "bootstrap.servers" })",
         ])
+        let ops: OpsServer
+        do {
+            let health = relay.health
+            ops = try await OpsServer(
+                host: metricsHost, port: metricsPort, registry: registry, help: RelayMetricNames.help,
+                liveness: { health.liveness.map(OpsServer.Check.init) },
+                readiness: { health.readiness.map(OpsServer.Check.init) })
+        } catch {
+            await client.shutdown()
+            throw StartupError("cannot serve the ops endpoint on \(metricsHost):\(metricsPort): \(error)")
+        }
+        logger.info("Ops endpoint on http://\(metricsHost):\(ops.port) (/metrics, /healthz, /readyz)")
+        // Shut down in reverse order: the relay drains first, the ops endpoint answers until the end.
         let services = ServiceGroup(configuration: .init(
-            services: [relay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            services: [ops, relay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         let secondSignal = SecondSignalExit(logger: logger)
         defer { withExtendedLifetime(secondSignal) {} }
         do {

@@ -1,5 +1,11 @@
 import FleetAuth
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
 import FleetEngine
 import JSON
 import Kafka
@@ -68,6 +74,40 @@ extension IntegrationTests {
 
     func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Finished {
         try await RunningProcess(arguments, environment: environment).finish()
+    }
+
+    /// Scrapes the ops endpoint of a relay that delivered 150 fixes and dead-lettered one record.
+    func checkOpsEndpoint(port: Int, harness: RelayHarness, keyPath: String) async throws {
+        let base = "http://127.0.0.1:\(port)"
+        try await eventually("the metrics show every record finished") {
+            let metrics = try await httpGet(base + "/metrics").body
+            return metricValue(metrics, "fleet_relay_records_finished_total", ["outcome": "dead_lettered"]) == 1
+                && metricSum(metrics, "fleet_relay_records_finished_total") == 151
+        }
+        let (status, metrics) = try await httpGet(base + "/metrics")
+        #expect(status == 200)
+        #expect(metricSum(metrics, "fleet_relay_records_consumed_total") == 151)
+        #expect(metricValue(metrics, "fleet_relay_dead_letters_total", ["reason": "missing_field"]) == 1)
+        #expect(metricValue(metrics, "fleet_relay_fleet_engine_requests_total", ["kind": "vehicle", "status": "200"])
+            == Double(harness.emulator.statistics.updateResponsesByStatus[200] ?? -1))
+        #expect(metricValue(metrics, "fleet_relay_build_info", [:]) == 1)
+        #expect(metricValue(metrics, "fleet_relay_in_flight_requests", [:]) == 0)
+        for name in ["fleet_relay_fleet_engine_request_seconds_bucket", "fleet_relay_end_to_end_seconds_count",
+                     "fleet_relay_batch_records_bucket", "fleet_relay_coalesced_per_request_count"] {
+            #expect(metrics.contains(name), "\(name) is exposed")
+        }
+        // Nothing secret: neither key material nor any token.
+        let key = try String(contentsOfFile: keyPath, encoding: .utf8)
+        #expect(!metrics.contains("PRIVATE KEY") && !metrics.contains("eyJ"))
+        #expect(!key.isEmpty)
+        let promtool = try #require(which("promtool"), "promtool (Debian's prometheus package, installed by make deps) checks the exposition")
+        let check = try await runTool(promtool, ["check", "metrics"], input: metrics)
+        #expect(check.status == 0, "promtool: \(check.output)")
+        #expect(try await httpGet(base + "/healthz").status == 200)
+        let ready = try await httpGet(base + "/readyz")
+        #expect(ready.status == 200, "readyz: \(ready.body)")
+        #expect(ready.body.contains("\"consumer_group\""))
+        #expect(try await httpGet(base + "/nothing-here").status == 404)
     }
 
     @Test func unknownFlagFailsWithOneReadableLine() async throws {
@@ -146,6 +186,7 @@ extension IntegrationTests {
     @Test func runRelaysByFlagsAloneAndExitsZeroOnSIGTERM() async throws {
         let harness = try await RelayHarness(partitions: 2)
         let keyPath = harness.writeKeyFile()
+        let metricsPort = try freeLoopbackPort()
 
         let generated = GeneratedEvents(vehicles: 30, fixesPerVehicle: 5)
         var records = generated.events.map(\.record)
@@ -155,7 +196,7 @@ extension IntegrationTests {
         let relay = try RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
             "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL,
-            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info",
+            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info", "--metrics-port", String(metricsPort),
         ], environment: ["FLEET_RELAY_BATCH_LINGER_MS": "20"])
         try await eventually("every vehicle's newest fix reached the emulator") {
             generated.newest.allSatisfy { id, event in
@@ -167,6 +208,7 @@ extension IntegrationTests {
             let committed = try await harness.committedOffsets(group: "cli")
             return (0..<Int32(2)).allSatisfy { committed[$0] == .some(end[$0]) }
         }
+        try await checkOpsEndpoint(port: metricsPort, harness: harness, keyPath: keyPath)
         relay.process.terminate()  // SIGTERM
         let result = await relay.finish()
         #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
@@ -177,4 +219,77 @@ extension IntegrationTests {
         await harness.shutdown()
     }
 }
+}
+
+// MARK: Helpers for talking to the binary's ops endpoint
+
+func freeLoopbackPort() throws -> Int {
+    let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(socket) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
+    }
+    guard bound else { throw FixtureError(message: "no free port") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+func httpGet(_ url: String) async throws -> (status: Int, body: String) {
+    let (data, response) = try await URLSession.shared.data(from: URL(string: url)!)
+    return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+}
+
+/// The value of one sample in Prometheus text, matching every given label.
+func metricValue(_ text: String, _ name: String, _ labels: [String: String]) -> Double? {
+    samples(text, name).first { sampleLabels, _ in labels.allSatisfy { sampleLabels[$0.key] == $0.value } }?.1
+}
+
+func metricSum(_ text: String, _ name: String) -> Double {
+    samples(text, name).reduce(0) { $0 + $1.1 }
+}
+
+private func samples(_ text: String, _ name: String) -> [([String: String], Double)] {
+    text.split(separator: "\n").compactMap { line in
+        guard line.hasPrefix(name + "{") || line.hasPrefix(name + " ") else { return nil }
+        let parts = line.split(separator: " ")
+        guard let value = parts.last.flatMap({ Double($0) }) else { return nil }
+        var labels: [String: String] = [:]
+        if let open = line.firstIndex(of: "{"), let close = line.firstIndex(of: "}") {
+            for pair in line[line.index(after: open)..<close].split(separator: ",") {
+                let keyValue = pair.split(separator: "=", maxSplits: 1)
+                if keyValue.count == 2 { labels[String(keyValue[0])] = keyValue[1].trimmingCharacters(in: ["\""]) }
+            }
+        }
+        return (labels, value)
+    }
+}
+
+func which(_ tool: String) -> String? {
+    (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":")
+        .map { "\($0)/\(tool)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
+
+func runTool(_ path: String, _ arguments: [String], input: String) async throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let stdin = Pipe()
+    let stdout = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = stdout
+    process.standardError = stdout
+    try process.run()
+    stdin.fileHandleForWriting.write(Data(input.utf8))
+    try stdin.fileHandleForWriting.close()
+    return await withCheckedContinuation { continuation in
+        Thread {
+            let output = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            continuation.resume(returning: (process.terminationStatus, output))
+        }.start()
+    }
 }

@@ -164,7 +164,7 @@ extension IntegrationTests.RelayFaultTests {
         try RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
             "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "4",
-            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info",
+            "--kafka-property", "session.timeout.ms=6000", "--log-level", "info", "--metrics-port", "0",
         ] + extra)
     }
 
@@ -247,6 +247,21 @@ extension IntegrationTests.RelayFaultTests {
         try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
         try await running.stop()
         #expect(try await harness.readDeadLetters(count: 1).first?.header("fleet-relay-error") == "missing_field")
+        await harness.shutdown()
+    }
+}
+
+extension IntegrationTests.RelayFaultTests {
+    @Test func readinessFailsDuringALongFleetEngineOutageAndRecovers() async throws {
+        let (harness, generated) = try await RelayHarness.withBacklog(partitions: 1, vehicles: 20, fixesPerVehicle: 5)
+        harness.emulator.goDown(for: .seconds(6))
+        let running = try harness.startRelay(group: "relay") { $0.readyMaximumOutage = .seconds(2) }
+        func check(_ name: String) -> Bool? { running.relay.health.readiness.first { $0.name == name }?.ok }
+        try await eventually("readiness reports the Fleet Engine outage") { check("fleet_engine") == false }
+        #expect(check("consumer_group") == true)
+        try await eventually("readiness recovers after the outage", timeout: .seconds(120)) { check("fleet_engine") == true }
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
+        try await running.stop()
         await harness.shutdown()
     }
 }

@@ -1,0 +1,77 @@
+import Dispatch
+import FleetEngine
+import Synchronization
+
+/// What `/healthz` and `/readyz` report: whether the relay's loops are alive, it
+/// has joined its group, its signer works and Fleet Engine answers.
+///
+/// Threading: every method may be called from any thread.
+public final class RelayHealth: Sendable {
+    public struct Check: Sendable, Equatable {
+        public let name: String
+        public let ok: Bool
+        public let detail: String
+    }
+
+    private struct State {
+        var joinedGroup = false
+        var fleetEngineOutageSince: ContinuousClock.Instant?
+        var signerFailingSince: ContinuousClock.Instant?
+        var lastPollAge: @Sendable () -> Double = { 0 }
+    }
+
+    /// A poll loop silent for longer than this makes the process unhealthy.
+    public static let stuckPollSeconds = 30.0
+
+    public let maximumOutage: Duration
+    private let state = Mutex(State())
+
+    public init(maximumOutage: Duration = .seconds(60)) {
+        self.maximumOutage = maximumOutage
+    }
+
+    func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double) {
+        state.withLock { $0.lastPollAge = secondsSinceLastPoll }
+    }
+
+    func recordJoinedGroup() { state.withLock { $0.joinedGroup = true } }
+
+    func record(_ outcome: FleetEngineOutcome) {
+        state.withLock { state in
+            if case .transient = outcome {
+                if state.fleetEngineOutageSince == nil { state.fleetEngineOutageSince = .now }
+            } else {
+                state.fleetEngineOutageSince = nil
+            }
+        }
+    }
+
+    func recordSignerFailure() {
+        state.withLock { if $0.signerFailingSince == nil { $0.signerFailingSince = .now } }
+    }
+
+    func recordSignerSuccess() { state.withLock { $0.signerFailingSince = nil } }
+
+    /// Liveness: the poll loop came round recently.
+    public var liveness: [Check] {
+        let age = state.withLock { $0.lastPollAge }()
+        return [Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds,
+                      detail: "last poll \(Int(age)) s ago")]
+    }
+
+    /// Readiness: joined the group (an empty assignment counts), the signer is not failing
+    /// for longer than the outage limit, and Fleet Engine is not in a longer outage.
+    public var readiness: [Check] {
+        let now = ContinuousClock.now
+        let current = state.withLock { ($0.joinedGroup, $0.fleetEngineOutageSince, $0.signerFailingSince) }
+        func withinLimit(_ since: ContinuousClock.Instant?) -> Bool { since.map { now - $0 <= maximumOutage } ?? true }
+        func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
+            since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
+        }
+        return liveness + [
+            Check(name: "consumer_group", ok: current.0, detail: current.0 ? "joined" : "not joined yet"),
+            Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
+            Check(name: "fleet_engine", ok: withinLimit(current.1), detail: describe(current.1, "unavailable")),
+        ]
+    }
+}

@@ -1,0 +1,24 @@
+/// The relay's metrics and their `# HELP` text (names and labels are part of the
+/// operator contract; the README lists them).
+public enum RelayMetricNames {
+    public static let help: [String: String] = [
+        "fleet_relay_records_consumed_total": "Records consumed from Kafka, by topic and partition.",
+        "fleet_relay_records_finished_total": "Records that reached a final outcome: accepted, dead_lettered, superseded or stale.",
+        "fleet_relay_dead_letters_total": "Records written to the dead-letter topic, by reason.",
+        "fleet_relay_fleet_engine_requests_total": "Fleet Engine update requests, by vehicle kind and HTTP status (0: no answer).",
+        "fleet_relay_fleet_engine_request_seconds": "Duration of Fleet Engine update requests.",
+        "fleet_relay_retries_total": "Retries, by cause (HTTP status, connection, timeout, signer, unauthenticated, permission_denied).",
+        "fleet_relay_batch_records": "Records per batch handed to the dispatcher.",
+        "fleet_relay_coalesced_per_request": "Records carried by one accepted request (lastLocation plus pastLocations).",
+        "fleet_relay_end_to_end_seconds": "Time from an event's recorded_at to Fleet Engine accepting it.",
+        "fleet_relay_consumer_lag": "High watermark minus committed offset, by topic and partition.",
+        "fleet_relay_committed_offset": "Last committed offset, by topic and partition.",
+        "fleet_relay_tokens_minted_total": "Vehicle tokens minted, by signer.",
+        "fleet_relay_token_cache_hits_total": "Token requests answered from the cache.",
+        "fleet_relay_token_cache_size": "Vehicle tokens held in the cache.",
+        "fleet_relay_token_errors_total": "Failed token mints, by signer.",
+        "fleet_relay_in_flight_requests": "Fleet Engine requests under way.",
+        "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
+        "fleet_relay_build_info": "Always 1; the version label names the running build.",
+    ]
+}
