@@ -17,14 +17,16 @@ public final class DeadLetterWriter: Sendable {
     public let topic: String
     private let producer: KafkaProducer
     private let retryPolicy: RetryPolicy
+    private let logLimiter: LogLimiter
     private let logger: Logger
     private let letters: AsyncStream<(Letter, @Sendable () -> Void)>
     private let intake: AsyncStream<(Letter, @Sendable () -> Void)>.Continuation
 
-    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logger: Logger) {
+    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter, logger: Logger) {
         self.topic = topic
         self.producer = producer
         self.retryPolicy = retryPolicy
+        self.logLimiter = logLimiter
         self.logger = logger
         (letters, intake) = AsyncStream.makeStream()
     }
@@ -61,7 +63,11 @@ public final class DeadLetterWriter: Sendable {
                 try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
                 return true
             } catch {
-                logger.error("Dead letter for \(letter.source.description) not written, retrying: \(error)")
+                let (allowed, suppressed) = logLimiter.allow("dead-letter")
+                if allowed {
+                    logger.error("Dead letter for \(letter.source.description) not written, retrying: \(error)",
+                                 metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+                }
                 do {
                     try await Task.sleep(for: retryPolicy.delay(attempt: attempt))
                 } catch {

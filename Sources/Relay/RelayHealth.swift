@@ -1,5 +1,5 @@
-import Dispatch
 import FleetEngine
+import Logging
 import Synchronization
 
 /// What `/healthz` and `/readyz` report: whether the relay's loops are alive, it
@@ -25,9 +25,11 @@ public final class RelayHealth: Sendable {
 
     public let maximumOutage: Duration
     private let state = Mutex(State())
+    private let logger: Logger
 
-    public init(maximumOutage: Duration = .seconds(60)) {
+    public init(maximumOutage: Duration = .seconds(60), logger: Logger = Logger(label: "fleet-relay")) {
         self.maximumOutage = maximumOutage
+        self.logger = logger
     }
 
     func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double) {
@@ -36,13 +38,25 @@ public final class RelayHealth: Sendable {
 
     func recordJoinedGroup() { state.withLock { $0.joinedGroup = true } }
 
+    /// Tracks Fleet Engine outages (transient failures with no answer in between) and
+    /// logs one line when one begins and one when it ends.
     func record(_ outcome: FleetEngineOutcome) {
-        state.withLock { state in
+        let now = ContinuousClock.now
+        let change: (began: Bool, lasted: Duration?) = state.withLock { state in
             if case .transient = outcome {
-                if state.fleetEngineOutageSince == nil { state.fleetEngineOutageSince = .now }
-            } else {
-                state.fleetEngineOutageSince = nil
+                guard state.fleetEngineOutageSince == nil else { return (false, nil) }
+                state.fleetEngineOutageSince = now
+                return (true, nil)
             }
+            guard let since = state.fleetEngineOutageSince else { return (false, nil) }
+            state.fleetEngineOutageSince = nil
+            return (false, now - since)
+        }
+        if change.began, case .transient(let cause, _) = outcome {
+            logger.warning("Fleet Engine outage began (\(cause)); retrying with backoff")
+        }
+        if let lasted = change.lasted {
+            logger.notice("Fleet Engine outage ended after \(lasted)")
         }
     }
 

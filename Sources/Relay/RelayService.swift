@@ -21,6 +21,7 @@ public final class RelayService: Service, Sendable {
     public let statistics = RelayStatistics()
     public let health: RelayHealth
     private let tokens: TokenCache
+    private let logLimiter = LogLimiter()
     private let tracker = OffsetTracker()
     private let inFlight = InFlightRegistry()
     private let assignmentEpoch = AssignmentEpoch()
@@ -42,16 +43,16 @@ public final class RelayService: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.tokens = tokens
-        self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage)
+        self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
         self.batcher = Batcher(maximumSize: configuration.batchSize, linger: configuration.batchLinger)
         let producerProperties = configuration.kafka.properties.merging(["message.timeout.ms": "30000"]) { user, _ in user }
         self.producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
         self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
-                                            retryPolicy: configuration.retryPolicy, logger: logger)
+                                            retryPolicy: configuration.retryPolicy, logLimiter: logLimiter, logger: logger)
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
                                          retryDeadline: configuration.retryDeadline, statistics: statistics,
-                                         health: health, logger: logger)
+                                         health: health, logLimiter: logLimiter, logger: logger)
         let (tracker, statistics, epoch) = (self.tracker, self.statistics, self.assignmentEpoch)
         self.dispatcher = VehicleDispatcher(
             pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
@@ -197,7 +198,11 @@ public final class RelayService: Service, Sendable {
             for source in request.sources { tracker.finish(source) }
             statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
-            logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
+            let (allowed, suppressed) = logLimiter.allow("rejected")
+            if allowed {
+                logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)",
+                               metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+            }
             for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
         case .abandoned:
             break

@@ -36,11 +36,13 @@ public struct UpdateForwarder: Sendable {
     let retryDeadline: Duration?
     let statistics: RelayStatistics
     let health: RelayHealth
+    let logLimiter: LogLimiter
     let logger: Logger
 
     public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
-                statistics: RelayStatistics, health: RelayHealth, logger: Logger) {
+                statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger) {
         self.health = health
+        self.logLimiter = logLimiter
         self.client = client
         self.tokens = tokens
         self.retryPolicy = retryPolicy
@@ -72,7 +74,11 @@ public struct UpdateForwarder: Sendable {
                 token = try await tokens.token(for: update.vehicle)
                 health.recordSignerSuccess()
             } catch {
-                logger.warning("No token for \(update.vehicle): \(error)")
+                let (allowed, suppressed) = logLimiter.allow("signer")
+                if allowed {
+                    logger.warning("No token for \(update.vehicle): \(error)",
+                                   metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+                }
                 lastCause = "signer: \(error)"
                 health.recordSignerFailure()
                 guard await backOff(attempt: &attempt, retryAfter: nil, cause: "signer") else { break }

@@ -164,17 +164,29 @@ struct LoggingOptions: ParsableArguments {
     @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
+    @Option(help: "Log format: json or text. Default: text on a terminal, json otherwise (containers).")
+    var logFormat: LogFormat?
+
     func bootstrap() {
-        Self.bootstrap(level: logLevel)
+        Self.bootstrap(level: logLevel, format: logFormat ?? .automatic)
     }
 
-    static func bootstrap(level: Logger.Level) {
+    static func bootstrap(level: Logger.Level, format: LogFormat = .text) {
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            switch format {
+            case .json:
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            case .text:
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
         }
     }
 }
+
+extension LogFormat: ExpressibleByArgument {}
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -213,7 +213,12 @@ extension IntegrationTests {
         let result = await relay.finish()
         #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
         #expect(result.stderr.contains("dead-lettered 1"))
-        #expect(!result.stderr.contains("BEGIN PRIVATE KEY"))
+        // Not a terminal: one JSON object per line, and nothing secret in any of them.
+        for line in result.stderr.split(separator: "\n") {
+            let entry = try JSONParser.parse(String(line))
+            #expect(entry["level"]?.stringValue != nil && entry["message"]?.stringValue != nil, "log line: \(line)")
+        }
+        #expect(!result.stderr.contains("PRIVATE KEY") && !result.stderr.contains("eyJ"))
         let letters = try await harness.readDeadLetters(count: 1)
         #expect(letters.first?.header("fleet-relay-error") == "missing_field")
         await harness.shutdown()
