@@ -97,9 +97,9 @@ extension IntegrationTests {
             #expect(metrics.contains(name), "\(name) is exposed")
         }
         // Nothing secret: neither key material nor any token.
-        let key = try String(contentsOfFile: keyPath, encoding: .utf8)
-        #expect(!metrics.contains("PRIVATE KEY") && !metrics.contains("eyJ"))
-        #expect(!key.isEmpty)
+        let keyMaterial = try #require(try JSONParser.parse(try String(contentsOfFile: keyPath, encoding: .utf8))["private_key"]?
+            .stringValue?.split(separator: "\n").dropFirst(3).first.map(String.init))
+        #expect(!metrics.contains("PRIVATE KEY") && !metrics.contains(keyMaterial) && !metrics.contains("eyJ"))
         let promtool = try #require(which("promtool"), "promtool (Debian's prometheus package, installed by make deps) checks the exposition")
         let check = try await runTool(promtool, ["check", "metrics"], input: metrics)
         #expect(check.status == 0, "promtool: \(check.output)")
@@ -108,6 +108,47 @@ extension IntegrationTests {
         #expect(ready.status == 200, "readyz: \(ready.body)")
         #expect(ready.body.contains("\"consumer_group\""))
         #expect(try await httpGet(base + "/nothing-here").status == 404)
+    }
+
+    /// A real Prometheus server scrapes the relay; its query API must agree with what
+    /// the emulator received.
+    func checkPrometheusScrapes(metricsPort: Int, harness: RelayHarness) async throws {
+        let binary = try #require(which("prometheus"), "Debian's prometheus package (installed by make deps) provides the server")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("prometheus-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let config = directory.appendingPathComponent("prometheus.yml")
+        try """
+            global: {scrape_interval: 1s, evaluation_interval: 1s}
+            scrape_configs:
+              - job_name: fleet-relay
+                static_configs: [{targets: ["127.0.0.1:\(metricsPort)"]}]
+            """.write(to: config, atomically: true, encoding: .utf8)
+        let port = try freeLoopbackPort()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: binary)
+        server.arguments = ["--config.file=\(config.path)", "--storage.tsdb.path=\(directory.appendingPathComponent("data").path)",
+                            "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { server.terminate() }
+
+        func query(_ expression: String) async throws -> Double? {
+            var components = URLComponents(string: "http://127.0.0.1:\(port)/api/v1/query")!
+            components.queryItems = [URLQueryItem(name: "query", value: expression)]
+            let (status, body) = try await httpGet(components.url!.absoluteString)
+            guard status == 200, let value = try JSONParser.parse(body)["data"]?["result"]?.arrayValue?.first?["value"]?
+                .arrayValue?.last?.stringValue else { return nil }
+            return Double(value)
+        }
+        let accepted = Double(harness.emulator.statistics.updateResponsesByStatus[200] ?? -1)
+        try await eventually("Prometheus scraped the relay's totals") {
+            let finished = try? await query("sum(fleet_relay_records_finished_total)")
+            let requests = try? await query("sum(fleet_relay_fleet_engine_requests_total{status=\"200\"})")
+            return finished == 151 && requests == accepted
+        }
+        #expect(try await query("sum(fleet_relay_dead_letters_total{reason=\"missing_field\"})") == 1)
+        #expect(try await query("up{job=\"fleet-relay\"}") == 1)
     }
 
     @Test func unknownFlagFailsWithOneReadableLine() async throws {
@@ -209,6 +250,7 @@ extension IntegrationTests {
             return (0..<Int32(2)).allSatisfy { committed[$0] == .some(end[$0]) }
         }
         try await checkOpsEndpoint(port: metricsPort, harness: harness, keyPath: keyPath)
+        try await checkPrometheusScrapes(metricsPort: metricsPort, harness: harness)
         relay.process.terminate()  // SIGTERM
         let result = await relay.finish()
         #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
