@@ -98,7 +98,10 @@ let package = Package(
         .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
         .testTarget(
             name: "RelayTests",
-            dependencies: ["Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON"],
+            dependencies: [
+                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON", "OpsServer",
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
             resources: [.copy("Fixtures")]
         ),
     ],

@@ -38,6 +38,10 @@ public final class OpsServer: Service, Sendable {
     /// Serves until graceful shutdown; placed first in a ServiceGroup, it stops last.
     public func run() async throws {
         try? await gracefulShutdown()
+        await shutdown()
+    }
+
+    public func shutdown() async {
         await server.shutdown()
     }
 

@@ -3,6 +3,8 @@ import FleetEngine
 import Foundation
 import JSON
 import Kafka
+import OpsServer
+import Prometheus
 import Relay
 import Synchronization
 import Testing
@@ -256,12 +258,24 @@ extension IntegrationTests.RelayFaultTests {
         let (harness, generated) = try await RelayHarness.withBacklog(partitions: 1, vehicles: 20, fixesPerVehicle: 5)
         harness.emulator.goDown(for: .seconds(6))
         let running = try harness.startRelay(group: "relay") { $0.readyMaximumOutage = .seconds(2) }
-        func check(_ name: String) -> Bool? { running.relay.health.readiness.first { $0.name == name }?.ok }
-        try await eventually("readiness reports the Fleet Engine outage") { check("fleet_engine") == false }
-        #expect(check("consumer_group") == true)
-        try await eventually("readiness recovers after the outage", timeout: .seconds(120)) { check("fleet_engine") == true }
+        let health = running.relay.health
+        let ops = try await OpsServer(
+            host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
+            liveness: { health.liveness.map { OpsServer.Check(name: $0.name, ok: $0.ok, detail: $0.detail) } },
+            readiness: { health.readiness.map { OpsServer.Check(name: $0.name, ok: $0.ok, detail: $0.detail) } })
+        let readyz = "http://127.0.0.1:\(ops.port)/readyz"
+        try await eventually("/readyz reports the Fleet Engine outage") {
+            let (status, body) = try await httpGet(readyz)
+            let failing = try JSONParser.parse(body)["failing"]
+            return status == 503 && failing == .string("fleet_engine")
+        }
+        try await eventually("/readyz recovers after the outage", timeout: .seconds(120)) {
+            try await httpGet(readyz).status == 200
+        }
+        #expect(try await httpGet("http://127.0.0.1:\(ops.port)/healthz").status == 200)
         try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
         try await running.stop()
+        await ops.shutdown()
         await harness.shutdown()
     }
 }
