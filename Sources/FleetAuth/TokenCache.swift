@@ -1,19 +1,34 @@
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.
 ///
-/// Concurrent requests for one vehicle share a single mint (the first caller
-/// starts it, the rest await the same task), so a burst of events for a vehicle
-/// costs one signature, not one per event.
+/// - Single flight: concurrent requests for one vehicle share one mint (the first
+///   caller starts it, the rest await the same task), so a burst of events for a
+///   vehicle costs one signature, not one per event.
+/// - Refresh ahead: a token requested within one more margin of its end is
+///   replaced in the background while the current one is still handed out, so
+///   active vehicles never wait on a mint.
+/// - Bounded: beyond `capacity` entries the least recently used are evicted.
 public actor TokenCache {
     private enum Entry {
         case ready(VehicleToken)
         case minting(Task<VehicleToken, any Error>)
     }
 
+    private struct Slot {
+        var entry: Entry
+        var lastUsed: UInt64
+        /// A background replacement under way for a `ready` token.
+        var refresh: Task<VehicleToken, any Error>?
+    }
+
+    public static let defaultCapacity = 200_000
+
     private let signer: any VehicleTokenSigner
     private let refreshMarginSeconds: Int64
     private let wildcard: Bool
+    private let capacity: Int
     private let clock: EpochClock
-    private var entries: [VehicleIdentity: Entry] = [:]
+    private var slots: [VehicleIdentity: Slot] = [:]
+    private var uses: UInt64 = 0
 
     public private(set) var mintCount = 0
     public private(set) var hitCount = 0
@@ -21,51 +36,97 @@ public actor TokenCache {
 
     /// - Parameters:
     ///   - wildcard: share one `"*"` token per kind across all vehicles; only when the operator configures it.
+    ///   - capacity: most tokens kept; the least recently used beyond it are dropped.
     public init(signer: any VehicleTokenSigner, refreshMarginSeconds: Int64 = 300, wildcard: Bool = false,
-                clock: @escaping EpochClock = systemEpochClock) {
+                capacity: Int = TokenCache.defaultCapacity, clock: @escaping EpochClock = systemEpochClock) {
         self.signer = signer
         self.refreshMarginSeconds = refreshMarginSeconds
         self.wildcard = wildcard
+        self.capacity = max(1, capacity)
         self.clock = clock
     }
 
     public var signerName: String { signer.name }
-    public var count: Int { entries.count }
+    public var count: Int { slots.count }
 
     /// A token valid for at least the refresh margin.
     public func token(for vehicle: VehicleIdentity) async throws -> String {
-        let key = wildcard ? VehicleIdentity(kind: vehicle.kind, id: FleetEngineClaims.wildcard) : vehicle
-        switch entries[key] {
+        let key = cacheKey(vehicle)
+        uses += 1
+        slots[key]?.lastUsed = uses
+        switch slots[key]?.entry {
         case .ready(let token) where clock() < token.expiresAt - refreshMarginSeconds:
             hitCount += 1
+            if clock() >= token.expiresAt - 2 * refreshMarginSeconds { refreshInBackground(key) }
             return token.token
         case .minting(let task):
             hitCount += 1
             return try await task.value.token
         default:
+            // Expired for use: join the background replacement if one is under way.
+            if let refresh = slots[key]?.refresh, let token = try? await refresh.value {
+                hitCount += 1
+                return token.token
+            }
             return try await mint(key).token
         }
     }
 
     /// Drops a vehicle's token (after Fleet Engine refused it) so the next request mints anew.
     public func invalidate(_ vehicle: VehicleIdentity) {
-        let key = wildcard ? VehicleIdentity(kind: vehicle.kind, id: FleetEngineClaims.wildcard) : vehicle
-        if case .ready = entries[key] { entries[key] = nil }
+        let key = cacheKey(vehicle)
+        if case .ready = slots[key]?.entry { slots[key] = nil }
+    }
+
+    private func cacheKey(_ vehicle: VehicleIdentity) -> VehicleIdentity {
+        wildcard ? VehicleIdentity(kind: vehicle.kind, id: FleetEngineClaims.wildcard) : vehicle
     }
 
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
         let signer = self.signer
         let task = Task { try await signer.mint(for: key) }
-        entries[key] = .minting(task)
+        slots[key] = Slot(entry: .minting(task), lastUsed: uses)
         mintCount += 1
+        evictIfFull()
         do {
             let token = try await task.value
-            entries[key] = .ready(token)
+            slots[key]?.entry = .ready(token)
             return token
         } catch {
-            entries[key] = nil
+            slots[key] = nil
             errorCount += 1
             throw error
         }
+    }
+
+    private func refreshInBackground(_ key: VehicleIdentity) {
+        guard slots[key] != nil, slots[key]?.refresh == nil else { return }
+        let signer = self.signer
+        let task = Task { try await signer.mint(for: key) }
+        slots[key]?.refresh = task
+        mintCount += 1
+        Task {
+            let token = try? await task.value
+            self.finishRefresh(key, task, token)
+        }
+    }
+
+    private func finishRefresh(_ key: VehicleIdentity, _ task: Task<VehicleToken, any Error>, _ token: VehicleToken?) {
+        guard slots[key]?.refresh == task else { return }  // invalidated, evicted or replaced meanwhile
+        slots[key]?.refresh = nil
+        if let token {
+            slots[key]?.entry = .ready(token)
+        } else {
+            errorCount += 1  // the current token stays in use while valid; the next request tries again
+        }
+    }
+
+    /// Evicts the least recently used ready tokens, in batches of 1 % so that the
+    /// sort is paid once per many inserts.
+    private func evictIfFull() {
+        guard slots.count > capacity + capacity / 100 else { return }
+        let evictable = slots.filter { if case .ready = $0.value.entry { true } else { false } }
+            .sorted { $0.value.lastUsed < $1.value.lastUsed }
+        for (key, _) in evictable.prefix(slots.count - capacity) { slots[key] = nil }
     }
 }

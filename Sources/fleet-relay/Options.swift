@@ -38,6 +38,9 @@ struct SignerOptions: ParsableArguments {
     @Option(help: "Seconds before a token's expiry at which it is replaced.")
     var tokenRefreshMargin: Int = 300
 
+    @Option(help: "Most vehicle tokens kept; the least recently used beyond it are dropped.")
+    var tokenCacheSize = TokenCache.defaultCapacity
+
     @Flag(help: "Sign one wildcard token (\"*\") per kind instead of one per vehicle. Only if your security model allows it.")
     var wildcardToken = false
 
@@ -50,9 +53,10 @@ struct SignerOptions: ParsableArguments {
     }
 
     func validate() throws {
-        guard (0..<3600).contains(tokenRefreshMargin) else {
-            throw ValidationError("--token-refresh-margin must be from 0 to 3599 seconds")
+        guard (0..<1800).contains(tokenRefreshMargin) else {
+            throw ValidationError("--token-refresh-margin must be from 0 to 1799 seconds")
         }
+        guard tokenCacheSize >= 1 else { throw ValidationError("--token-cache-size must be at least 1") }
     }
 }
 

@@ -47,7 +47,7 @@ struct RunCommand: AsyncParsableCommand {
         let clientConfiguration = fleetEngine.clientConfiguration(defaultProvider: key.projectId)
         let client = FleetEngineClient(configuration: clientConfiguration)
         let tokens = TokenCache(signer: LocalKeySigner(key: key), refreshMarginSeconds: Int64(signer.tokenRefreshMargin),
-                                wildcard: signer.wildcardToken)
+                                wildcard: signer.wildcardToken, capacity: signer.tokenCacheSize)
         var relayConfiguration = pipeline.relayConfiguration(
             kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight)
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration

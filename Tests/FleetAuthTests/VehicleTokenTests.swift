@@ -121,4 +121,37 @@ final class ManualClock: Sendable {
         let c = try await perVehicle.token(for: VehicleIdentity(kind: .vehicle, id: "c"))
         #expect(try JWT.decode(c).claims["authorization"] == .object(["vehicleid": .string("c")]))
     }
+
+    @Test func activeVehiclesGetTheirTokenRefreshedInTheBackground() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, refreshMarginSeconds: 300, clock: clock.epochClock)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        let first = try await cache.token(for: vehicle)
+        clock.now.add(3600 - 600, ordering: .relaxed)  // within two margins of the end
+        #expect(try await cache.token(for: vehicle) == first, "the current token is handed out without waiting")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await cache.token(for: vehicle) == first, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(try await cache.token(for: vehicle) != first)
+        #expect(signer.mints.load(ordering: .relaxed) == 2, "one background refresh, however many requests")
+    }
+
+    @Test func leastRecentlyUsedTokensAreEvictedBeyondCapacity() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, capacity: 3, clock: clock.epochClock)
+        func use(_ id: String) async throws { _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: id)) }
+        for id in ["a", "b", "c"] { try await use(id) }
+        try await use("a")  // a is now the most recently used
+        try await use("d")  // over capacity: b, the least recently used, goes
+        #expect(await cache.count == 3)
+        #expect(signer.mints.load(ordering: .relaxed) == 4)
+        try await use("a")
+        try await use("c")
+        #expect(signer.mints.load(ordering: .relaxed) == 4, "a and c stayed")
+        try await use("b")
+        #expect(signer.mints.load(ordering: .relaxed) == 5, "b was evicted and is minted again")
+    }
 }
