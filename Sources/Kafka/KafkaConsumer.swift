@@ -144,13 +144,6 @@ public final class KafkaConsumer: Sendable {
         try await blockingCalls.run { () throws(KafkaError) in try self.commitSync(offsets) }
     }
 
-    /// The group's committed offsets for the given partitions (-1001 when none).
-    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartitionOffset] {
-        try await blockingCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.committed(self.handle.pointer, partitions, timeout: timeout)
-        }
-    }
-
     /// Low and high watermarks of a partition as the broker reports them.
     public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
         try await blockingCalls.run { () throws(KafkaError) in

@@ -26,12 +26,6 @@ public final class KafkaInspector: Sendable {
         rd_kafka_destroy(handle.pointer)
     }
 
-    public func partitionCount(topic: String, timeout: Duration = .seconds(10)) async throws -> Int {
-        try await blockingCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.partitionCount(self.handle.pointer, topic: topic, timeout: timeout)
-        }
-    }
-
     /// Committed offset per partition; nil where the group has committed nothing.
     public func committedOffsets(topic: String, partitions: Int, timeout: Duration = .seconds(10)) async throws -> [Int32: Int64?] {
         let list = (0..<Int32(partitions)).map { TopicPartition(topic: topic, partition: $0) }

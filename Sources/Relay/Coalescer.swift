@@ -13,7 +13,15 @@ public struct CoalescedRequest: Sendable {
     /// vehicle since startup or a partition reassignment): the assignment epoch checked.
     public internal(set) var liveCheckEpoch: UInt64?
 
-    public var sources: [RecordSource] { [newest.source] + carried.map(\.source) }
+    /// Every record the request settles, computed once: it is read several times per request.
+    public let sources: [RecordSource]
+
+    init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
+        self.update = update
+        self.newest = newest
+        self.carried = carried
+        self.sources = [newest.source] + carried.map(\.source)
+    }
 }
 
 /// Turns a vehicle's queued fixes into one request: the newest as `lastLocation`,
@@ -38,6 +46,6 @@ public enum Coalescer {
         let past = older.suffix(pastLimit)
         let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
                                            pastLocations: past.map(\.update.fix))
-        return (CoalescedRequest(update: update, newest: newest, carried: Array(older), liveCheckEpoch: nil), stale)
+        return (CoalescedRequest(update: update, newest: newest, carried: Array(older)), stale)
     }
 }

@@ -135,11 +135,6 @@ public final class OffsetTracker: Sendable {
         }
     }
 
-    /// Registered records not yet finished in the given partitions.
-    public func outstanding(in selected: [TopicPartition]) -> Int {
-        partitions.withLock { partitions in selected.reduce(0) { $0 + (partitions[$1]?.outstanding ?? 0) } }
-    }
-
     /// Registered records not yet finished, over all partitions.
     public var outstanding: Int {
         partitions.withLock { $0.values.reduce(0) { $0 + $1.outstanding } }

@@ -59,11 +59,16 @@ final class ManualClock: Sendable {
     var epochClock: EpochClock { { [self] in now.load(ordering: .relaxed) } }
 }
 
+/// A cache over a counting signer, both on a manual clock (refresh margin 300 s).
+func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, CountingSigner, TokenCache) {
+    let clock = ManualClock()
+    let signer = CountingSigner(clock: clock.epochClock)
+    return (clock, signer, TokenCache(signer: signer, refreshMarginSeconds: 300, capacity: capacity, clock: clock.epochClock))
+}
+
 @Suite struct TokenCacheTests {
     @Test func hundredConcurrentRequestsForOneVehicleMintOnce() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let (_, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-1")
         let tokens = try await withThrowingTaskGroup(of: String.self) { group in
             for _ in 0..<100 { group.addTask { try await cache.token(for: vehicle) } }
@@ -74,9 +79,7 @@ final class ManualClock: Sendable {
     }
 
     @Test func reusesUntilTheRefreshMarginThenReplaces() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, refreshMarginSeconds: 300, clock: clock.epochClock)
+        let (clock, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .deliveryVehicle, id: "d-1")
         let first = try await cache.token(for: vehicle)
         clock.now.add(3600 - 301, ordering: .relaxed)
@@ -88,9 +91,7 @@ final class ManualClock: Sendable {
     }
 
     @Test func keepsOneTokenPerVehicleAndKind() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let (_, signer, cache) = countingCache()
         for id in ["a", "b", "a", "b"] {
             _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: id))
         }
@@ -100,9 +101,7 @@ final class ManualClock: Sendable {
     }
 
     @Test func invalidationForcesANewMint() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let (_, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
         await cache.invalidate(vehicle)
@@ -123,9 +122,7 @@ final class ManualClock: Sendable {
     }
 
     @Test func activeVehiclesGetTheirTokenRefreshedInTheBackground() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, refreshMarginSeconds: 300, clock: clock.epochClock)
+        let (clock, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
         clock.now.add(3600 - 600, ordering: .relaxed)  // within two margins of the end
@@ -139,9 +136,7 @@ final class ManualClock: Sendable {
     }
 
     @Test func leastRecentlyUsedTokensAreEvictedBeyondCapacity() async throws {
-        let clock = ManualClock()
-        let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, capacity: 3, clock: clock.epochClock)
+        let (_, signer, cache) = countingCache(capacity: 3)
         func use(_ id: String) async throws { _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: id)) }
         for id in ["a", "b", "c"] { try await use(id) }
         try await use("a")  // a is now the most recently used

@@ -59,9 +59,4 @@ public final class KafkaMockCluster: Sendable {
             rd_kafka_mock_push_request_errors_array(cluster.pointer, apiKey, count, $0.baseAddress)
         }
     }
-
-    /// Sets the broker that answers as group coordinator for `group`.
-    public func setGroupCoordinator(_ group: String, brokerId: Int32) {
-        rd_kafka_mock_coordinator_set(cluster.pointer, "group", group, brokerId)
-    }
 }

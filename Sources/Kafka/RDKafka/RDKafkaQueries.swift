@@ -25,21 +25,4 @@ enum RDKafkaQueries {
         }
         return (low, high)
     }
-
-    static func partitionCount(_ handle: OpaquePointer, topic: String, timeout: Duration) throws(KafkaError) -> Int {
-        let topicHandle = rd_kafka_topic_new(handle, topic, nil)
-        defer { if let topicHandle { rd_kafka_topic_destroy(topicHandle) } }
-        var metadata: UnsafePointer<rd_kafka_metadata>?
-        let result = rd_kafka_metadata(handle, 0, topicHandle, &metadata, milliseconds(timeout))
-        guard result == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
-            throw KafkaError(.query, "cannot read metadata of topic \(topic): \(RDKafkaConfig.errorName(result))")
-        }
-        defer { rd_kafka_metadata_destroy(metadata) }
-        guard metadata.pointee.topic_cnt > 0 else { throw KafkaError(.query, "topic \(topic) not found") }
-        let topicMetadata = metadata.pointee.topics[0]
-        guard topicMetadata.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(.query, "topic \(topic): \(RDKafkaConfig.errorName(topicMetadata.err))")
-        }
-        return Int(topicMetadata.partition_cnt)
-    }
 }
