@@ -45,6 +45,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Signers that mint through a service: the operator's token service, IAM signJwt.
+        .target(
+            name: "RemoteSigners",
+            dependencies: ["FleetAuth", "JSON", .product(name: "AsyncHTTPClient", package: "async-http-client")]
+        ),
         .target(
             name: "HTTPServing",
             dependencies: [
@@ -81,7 +86,8 @@ let package = Package(
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "OpsServer",
+                "Relay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                "OpsServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -95,11 +101,16 @@ let package = Package(
             dependencies: ["OpsServer", "HTTPServing", "JSON", .product(name: "Prometheus", package: "swift-prometheus")]
         ),
         .testTarget(name: "FleetAuthTests", dependencies: ["FleetAuth", "JSON"]),
+        .testTarget(
+            name: "RemoteSignersTests",
+            dependencies: ["RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON"]
+        ),
         .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
         .testTarget(
             name: "RelayTests",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON", "OpsServer",
+                "Relay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON",
+                "OpsServer",
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             resources: [.copy("Fixtures")]

@@ -5,10 +5,6 @@ public struct LocalKeySigner: VehicleTokenSigner {
     private let lifetimeSeconds: Int64
     private let clock: EpochClock
 
-    public struct SigningError: Error, CustomStringConvertible {
-        public var description: String { "RS256 signing failed in libcrypto" }
-    }
-
     public init(key: ServiceAccountKey, lifetimeSeconds: Int64 = FleetEngineClaims.maximumLifetimeSeconds,
                 clock: @escaping EpochClock = systemEpochClock) {
         self.key = key
@@ -24,7 +20,7 @@ public struct LocalKeySigner: VehicleTokenSigner {
             issuedAt: issuedAt, lifetimeSeconds: lifetimeSeconds)
         guard let token = JWT.signRS256(headerJSON: FleetEngineClaims.headerJSON(keyId: key.privateKeyId),
                                         claimsJSON: claims, key: key.privateKey)
-        else { throw SigningError() }
+        else { throw SignerError(signer: name, reason: .signing, "RS256 signing failed in libcrypto") }
         return VehicleToken(token: token, expiresAt: issuedAt + lifetimeSeconds)
     }
 }

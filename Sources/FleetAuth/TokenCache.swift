@@ -33,6 +33,8 @@ public actor TokenCache {
     public private(set) var mintCount = 0
     public private(set) var hitCount = 0
     public private(set) var errorCount = 0
+    /// Failed mints by `SignerError.Reason` (`other` for errors of other types).
+    public private(set) var errorsByReason: [String: Int] = [:]
 
     /// - Parameters:
     ///   - wildcard: share one `"*"` token per kind across all vehicles; only when the operator configures it.
@@ -94,7 +96,7 @@ public actor TokenCache {
             return token
         } catch {
             slots[key] = nil
-            errorCount += 1
+            countError(error)
             throw error
         }
     }
@@ -106,19 +108,24 @@ public actor TokenCache {
         slots[key]?.refresh = task
         mintCount += 1
         Task {
-            let token = try? await task.value
-            self.finishRefresh(key, task, token)
+                let result = await task.result
+            self.finishRefresh(key, task, result)
         }
     }
 
-    private func finishRefresh(_ key: VehicleIdentity, _ task: Task<VehicleToken, any Error>, _ token: VehicleToken?) {
+    private func finishRefresh(_ key: VehicleIdentity, _ task: Task<VehicleToken, any Error>,
+                               _ result: Result<VehicleToken, any Error>) {
         guard slots[key]?.refresh == task else { return }  // invalidated, evicted or replaced meanwhile
         slots[key]?.refresh = nil
-        if let token {
-            slots[key]?.entry = .ready(token)
-        } else {
-            errorCount += 1  // the current token stays in use while valid; the next request tries again
+        switch result {
+        case .success(let token): slots[key]?.entry = .ready(token)
+        case .failure(let error): countError(error)  // the current token stays in use while valid
         }
+    }
+
+    private func countError(_ error: any Error) {
+        errorCount += 1
+        errorsByReason[(error as? SignerError)?.reason.rawValue ?? "other", default: 0] += 1
     }
 
     /// Evicts the least recently used ready tokens, in batches of 1 % so that the

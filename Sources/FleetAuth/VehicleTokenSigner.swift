@@ -19,6 +19,7 @@ extension VehicleToken: CustomStringConvertible {
 public protocol VehicleTokenSigner: Sendable {
     /// A short name for logs and metrics labels (`local`, `token-service`, `iam`).
     var name: String { get }
+    /// A token for `vehicle` (its `id` is `*` for a wildcard token). Throws `SignerError`.
     func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken
 }
 

@@ -9,7 +9,7 @@ import Synchronization
 /// exactly as jwt.md says, validates bodies, and keeps each vehicle's state.
 ///
 /// Threading: all methods may be called from any task; state is behind a mutex.
-public final class FleetEngineEmulator: Sendable {
+public final class FleetEngineEmulator: EmulatedService {
     /// A vehicle as the emulator holds it.
     public struct Vehicle: Sendable {
         public var lastLocation: JSONValue
@@ -96,13 +96,17 @@ public final class FleetEngineEmulator: Sendable {
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0) async throws -> String {
-        let server = try await HTTPServer.start(host: host, port: port) { [self] request in
-            let latency = state.withLock { $0.plan.latency }
-            if latency > .zero { try? await Task.sleep(for: latency) }
-            return self.handle(request)
-        }
+        let server = try await EmulatorHost.start([self], host: host, port: port)
         self.server.withLock { $0 = server }
         return server.baseURL
+    }
+
+    /// Serves `/v1/providers/…`; other paths belong to other emulated services.
+    public func respond(to request: HTTPRequest) async -> HTTPResponse? {
+        guard request.path.hasPrefix("/v1/providers/") else { return nil }
+        let latency = state.withLock { $0.plan.latency }
+        if latency > .zero { try? await Task.sleep(for: latency) }
+        return handle(request)
     }
 
     public var baseURL: String? { server.withLock { $0?.baseURL } }
@@ -257,7 +261,7 @@ public final class FleetEngineEmulator: Sendable {
 
     private static func error(_ code: Int, _ status: String, _ message: String,
                               headers: [(name: String, value: String)] = []) -> HTTPResponse {
-        .json(code, GoogleAPIError.body(code: code, status: status, message: message), headers: headers)
+        .googleError(code, status, message, headers: headers)
     }
 }
 

@@ -1,0 +1,52 @@
+import FleetEngine
+import HTTPServing
+
+/// One emulated Google or operator service: answers the paths it owns.
+public protocol EmulatedService: AnyObject, Sendable {
+    /// The answer for a request this service serves; nil for paths it does not own.
+    func respond(to request: HTTPRequest) async -> HTTPResponse?
+}
+
+/// Serves several emulated services on one port: the Fleet Engine emulator, the
+/// token service and Google's auth endpoints own disjoint paths.
+public enum EmulatorHost {
+    public static func start(_ services: [any EmulatedService], host: String = "127.0.0.1", port: Int = 0) async throws -> HTTPServer {
+        try await HTTPServer.start(host: host, port: port) { request in
+            for service in services {
+                if let response = await service.respond(to: request) { return response }
+            }
+            return .googleError(404, "NOT_FOUND", "No such resource: \(request.path)")
+        }
+    }
+}
+
+extension HTTPResponse {
+    /// A Google API error answer: `{"error": {"code", "message", "status"}}`.
+    static func googleError(_ code: Int, _ status: String, _ message: String,
+                            headers: [(name: String, value: String)] = []) -> HTTPResponse {
+        .json(code, GoogleAPIError.body(code: code, status: status, message: message), headers: headers)
+    }
+}
+
+extension HTTPRequest {
+    /// A query or form parameter, percent-decoded.
+    func parameter(_ name: String, in fields: [String: String]? = nil) -> String? {
+        (fields ?? query)[name]?.removingPercentEncoding
+    }
+
+    /// The body's `application/x-www-form-urlencoded` fields, still encoded.
+    var formFields: [String: String] {
+        var fields: [String: String] = [:]
+        for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
+            let keyValue = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            fields[String(keyValue[0])] = keyValue.count == 2 ? String(keyValue[1]) : ""
+        }
+        return fields
+    }
+
+    /// The bearer token of the Authorization header.
+    var bearerToken: String? {
+        guard let header = header("Authorization"), header.hasPrefix("Bearer "), header.count > 7 else { return nil }
+        return String(header.dropFirst(7))
+    }
+}
