@@ -12,6 +12,10 @@ public struct CoalescedRequest: Sendable {
     /// Set when Fleet Engine's live location must be read first (first request for the
     /// vehicle since startup or a partition reassignment): the assignment epoch checked.
     public internal(set) var liveCheckEpoch: UInt64?
+    /// Earlier attempts that found no token for the vehicle (the signer failing), and
+    /// since when: drives the backoff before the next try and the retry deadline.
+    public internal(set) var tokenAttempts = 0
+    public internal(set) var awaitingTokenSince: ContinuousClock.Instant?
 
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]

@@ -175,12 +175,18 @@ public final class RelayService: Service, Sendable {
             let tracker = self.tracker
             inFlight.enter(request.sources)
             statistics.requestStarted()
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil) {
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
+                                                   awaitingTokenSince: request.awaitingTokenSince) {
                 request.sources.contains { tracker.owns($0) }
             }
-            await dispatcher.complete(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds,
-                                      liveChecked: delivery.liveChecked)
-            settle(request, delivery.outcome)
+            if delivery.outcome == .awaitingToken {
+                let delay = configuration.retryPolicy.delay(attempt: request.tokenAttempts, retryAfterSeconds: nil)
+                await dispatcher.retryLater(request, after: delay)
+            } else {
+                await dispatcher.complete(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds,
+                                          liveChecked: delivery.liveChecked)
+                settle(request, delivery.outcome)
+            }
             statistics.requestEnded()
             inFlight.leave(request.sources)
         }
@@ -204,7 +210,7 @@ public final class RelayService: Service, Sendable {
                                metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
             }
             for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
-        case .abandoned:
+        case .abandoned, .awaitingToken:
             break
         }
     }

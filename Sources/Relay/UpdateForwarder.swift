@@ -12,6 +12,8 @@ public enum DeliveryOutcome: Sendable, Equatable {
     /// Shutdown interrupted it, or its partitions moved to another consumer: leave
     /// the records unfinished (consumed again by whoever owns them next).
     case abandoned
+    /// No token could be had (the signer is failing): nothing was sent; try again later.
+    case awaitingToken
 }
 
 /// The outcome of a delivery and what it learnt about Fleet Engine's state.
@@ -25,7 +27,8 @@ public struct Delivery: Sendable, Equatable {
 
 /// Sends one update with its vehicle's token, retrying transient failures with
 /// backoff for as long as the task runs (Fleet Engine being down is no reason to
-/// drop data) and re-minting once on 401/403. Asked to, it first reads the
+/// drop data) and re-minting once on 401/403. When no token can be had it returns
+/// at once (`awaitingToken`): the caller retries later without holding a worker. Asked to, it first reads the
 /// vehicle's live location and sends nothing when Fleet Engine already holds a
 /// newer fix: after a restart or a rebalance, replayed records are older than
 /// what the previous owner delivered, and must not move the vehicle backwards.
@@ -53,14 +56,16 @@ public struct UpdateForwarder: Sendable {
 
     /// - Parameters:
     ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
+    ///   - awaitingTokenSince: when earlier attempts began finding no token; counts toward the retry deadline.
     ///   - stillOwned: false once the records' partitions were revoked: retrying then
     ///     would race the new owner and could move the vehicle backwards.
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
+                        awaitingTokenSince: ContinuousClock.Instant? = nil,
                         stillOwned: () -> Bool = { true }) async -> Delivery {
         var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: !checkLiveLocation)
         var reauthenticated = false
         var attempt = 0
-        let giveUpAt = retryDeadline.map { ContinuousClock.now + $0 }
+        let giveUpAt = retryDeadline.map { (awaitingTokenSince ?? .now) + $0 }
         var lastCause = ""
         while !Task.isCancelled, stillOwned() {
             if let giveUpAt, attempt > 0, ContinuousClock.now >= giveUpAt {
@@ -79,10 +84,15 @@ public struct UpdateForwarder: Sendable {
                     logger.warning("No token for \(update.vehicle): \(error)",
                                    metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
                 }
-                lastCause = "signer: \(error)"
                 health.recordSignerFailure()
-                guard await backOff(attempt: &attempt, retryAfter: nil, cause: "signer") else { break }
-                continue
+                statistics.recordRetry(cause: "signer")
+                if let giveUpAt, awaitingTokenSince != nil, ContinuousClock.now >= giveUpAt {
+                    delivery.outcome = .rejected(reason: "retry_deadline_exceeded",
+                                                 detail: "Gave up within the retry deadline; last cause: signer: \(error).")
+                } else {
+                    delivery.outcome = .awaitingToken
+                }
+                return delivery
             }
             if !delivery.liveChecked {
                 switch await liveLocation(of: update.vehicle, token: token) {

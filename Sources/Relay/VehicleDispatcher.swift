@@ -8,6 +8,9 @@ import FleetAuth
 /// move the vehicle backwards. Workers pull requests with `nextRequest()`;
 /// their number bounds the requests in flight. With a minimum interval per
 /// vehicle, a vehicle becomes ready only that long after its previous request.
+/// A request that found no token (signer failing) goes back to its lane and waits
+/// out a backoff there, so it does not hold a worker that vehicles with cached
+/// tokens could use.
 public actor VehicleDispatcher {
     private struct Lane {
         var queued: [PendingFix] = []
@@ -18,6 +21,8 @@ public actor VehicleDispatcher {
         var newestAcceptedMilliseconds: Int64?
         /// The assignment epoch in which Fleet Engine's live location was last taken into account.
         var verifiedEpoch: UInt64?
+        var tokenAttempts = 0
+        var awaitingTokenSince: ContinuousClock.Instant?
     }
 
     private let pastLimit: Int
@@ -28,9 +33,8 @@ public actor VehicleDispatcher {
     private var lanes: [VehicleIdentity: Lane] = [:]
     private var ready: [VehicleIdentity] = []
     private var readyHead = 0
-    /// Vehicles waiting out their minimum interval, roughly in due order.
-    private var deferred: [(vehicle: VehicleIdentity, due: ContinuousClock.Instant)] = []
-    private var deferredHead = 0
+    /// Vehicles waiting out their minimum interval or a token backoff, soonest first.
+    private var deferred = DueHeap<VehicleIdentity>()
     private var waiters: [CheckedContinuation<CoalescedRequest?, Never>] = []
     private var intakeClosed = false
     public private(set) var inFlight = 0
@@ -86,23 +90,39 @@ public actor VehicleDispatcher {
                 lane.newestAcceptedMilliseconds = max(lane.newestAcceptedMilliseconds ?? .min, newest)
             }
             if liveChecked, let epoch = request.liveCheckEpoch { lane.verifiedEpoch = epoch }
+            lane.tokenAttempts = 0
+            lane.awaitingTokenSince = nil
             lanes[vehicle] = lane
         }
         markReadyIfIdle(vehicle)
         serveWaiters()
     }
 
+    /// Puts an unsent request's fixes back into its lane to try again after `delay`
+    /// (no token could be had for the vehicle); newer fixes that arrive meanwhile
+    /// join them in the next request.
+    public func retryLater(_ request: CoalescedRequest, after delay: Duration, now: ContinuousClock.Instant = .now) {
+        let vehicle = request.update.vehicle
+        inFlight -= 1
+        if var lane = lanes[vehicle], !intakeClosed {
+            lane.inFlight = false
+            lane.queued = request.carried + [request.newest] + lane.queued
+            lane.tokenAttempts = request.tokenAttempts + 1
+            lane.awaitingTokenSince = request.awaitingTokenSince ?? now
+            lane.isDeferred = true
+            lanes[vehicle] = lane
+            deferred.insert(vehicle, due: now + delay)
+        } else {
+            lanes[vehicle]?.inFlight = false
+        }
+        serveWaiters()
+    }
+
     /// Makes vehicles whose minimum interval has passed ready again.
     public func releaseDeferred(now: ContinuousClock.Instant = .now) {
-        while deferredHead < deferred.count, deferred[deferredHead].due <= now {
-            let vehicle = deferred[deferredHead].vehicle
-            deferredHead += 1
+        while let vehicle = deferred.popDue(now: now) {
             lanes[vehicle]?.isDeferred = false
             markReadyIfIdle(vehicle, now: now)
-        }
-        if deferredHead > 1024, deferredHead * 2 > deferred.count {
-            deferred.removeFirst(deferredHead)
-            deferredHead = 0
         }
         serveWaiters()
     }
@@ -118,20 +138,19 @@ public actor VehicleDispatcher {
         }
         ready = []
         readyHead = 0
-        deferred = []
-        deferredHead = 0
+        deferred = DueHeap()
         serveWaiters()
     }
 
     private var isDrained: Bool {
-        intakeClosed && inFlight == 0 && readyHead == ready.count && deferredHead == deferred.count
+        intakeClosed && inFlight == 0 && readyHead == ready.count && deferred.isEmpty
     }
 
     private func markReadyIfIdle(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant = .now) {
         guard let lane = lanes[vehicle], !lane.inFlight, !lane.isReady, !lane.isDeferred, !lane.queued.isEmpty else { return }
         if minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + minimumInterval {
             lanes[vehicle]!.isDeferred = true
-            deferred.append((vehicle, lastSentAt + minimumInterval))
+            deferred.insert(vehicle, due: lastSentAt + minimumInterval)
             return
         }
         lanes[vehicle]!.isReady = true
@@ -158,6 +177,8 @@ public actor VehicleDispatcher {
             if !stale.isEmpty { settleStale(stale) }
             if var request {
                 if let epoch = assignmentEpoch(), lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+                request.tokenAttempts = lane.tokenAttempts
+                request.awaitingTokenSince = lane.awaitingTokenSince
                 inFlight += 1
                 return request
             }

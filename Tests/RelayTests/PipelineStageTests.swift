@@ -177,6 +177,49 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(await dispatcher.queuedFixes == 0)
     }
 
+    @Test func aRequestWithoutATokenWaitsInItsLaneWithoutHoldingOthersUp() async throws {
+        let dispatcher = VehicleDispatcher(settleStale: { _ in })
+        await dispatcher.submit([pendingFix("cold", at: 1, offset: 1), pendingFix("cold", at: 2, offset: 2)])
+        let cold = try #require(await dispatcher.nextRequest())
+        let failedAt = ContinuousClock.now
+        await dispatcher.retryLater(cold, after: .seconds(2), now: failedAt)
+        #expect(await dispatcher.inFlight == 0)
+        await dispatcher.submit([pendingFix("warm", at: 1), pendingFix("cold", at: 3, offset: 3)])
+        // The warm vehicle goes first; the cold one waits out its backoff.
+        #expect(try #require(await dispatcher.nextRequest()).update.vehicle.id == "warm")
+        await dispatcher.releaseDeferred(now: failedAt + .seconds(1))
+        #expect(await dispatcher.readyVehicles == 0)
+        await dispatcher.releaseDeferred(now: failedAt + .seconds(2))
+        let retry = try #require(await dispatcher.nextRequest())
+        // Nothing from the first attempt is lost, and the newer fix joined it.
+        #expect(retry.update.lastLocation.recordedAtMilliseconds == 3)
+        #expect(retry.update.pastLocations.map(\.recordedAtMilliseconds) == [1, 2])
+        #expect(retry.tokenAttempts == 1)
+        #expect(retry.awaitingTokenSince == failedAt)
+        await dispatcher.complete(retry, newestKnownMilliseconds: 3, liveChecked: false)
+        await dispatcher.submit([pendingFix("cold", at: 4)])
+        let next = try #require(await dispatcher.nextRequest())
+        #expect(next.tokenAttempts == 0 && next.awaitingTokenSince == nil)
+    }
+
+    @Test func deferredVehiclesAreReleasedInDueOrderWhateverTheirDelays() async throws {
+        let dispatcher = VehicleDispatcher(settleStale: { _ in })
+        let now = ContinuousClock.now
+        for (vehicle, delay) in [("a", 9), ("b", 3), ("c", 6)] {
+            await dispatcher.submit([pendingFix(vehicle, at: 1)])
+            let request = try #require(await dispatcher.nextRequest())
+            await dispatcher.retryLater(request, after: .seconds(delay), now: now)
+        }
+        var order: [String] = []
+        for second in 1...9 {
+            await dispatcher.releaseDeferred(now: now + .seconds(second))
+            while await dispatcher.readyVehicles > 0, let request = await dispatcher.nextRequest() {
+                order.append(request.update.vehicle.id)
+            }
+        }
+        #expect(order == ["b", "c", "a"])
+    }
+
     @Test func firstRequestOfAVehicleInAnAssignmentEpochAsksForALiveCheck() async throws {
         let epoch = Mutex<UInt64>(1)
         let dispatcher = VehicleDispatcher(assignmentEpoch: { epoch.withLock { $0 } }, settleStale: { _ in })

@@ -92,6 +92,55 @@ extension IntegrationTests {
     }
 }
 
+extension IntegrationTests.RelayFaultTests {
+    @Test func vehiclesWithCachedTokensKeepFlowingWhileTheSignerFailsForOthers() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        let signer = SwitchableSigner(base: LocalKeySigner(key: harness.key))
+        // Two workers: fifty cold vehicles waiting for tokens would hold both if they waited in place.
+        let running = try harness.startRelay(group: "relay", signer: signer) { $0.maximumInFlight = 2 }
+        let warm = GeneratedEvents(vehicles: 5, fixesPerVehicle: 2, prefix: "warm-")
+        try await harness.produce(warm.events.prefix(5).map(\.record))
+        try await eventually("the warm vehicles hold tokens") { harness.emulator.vehicles.count == 5 }
+
+        signer.failing.store(true, ordering: .relaxed)
+        let cold = GeneratedEvents(vehicles: 50, fixesPerVehicle: 1, prefix: "cold-")
+        try await harness.produce(cold.events.map(\.record) + warm.events.suffix(5).map(\.record))
+        try await eventually("the warm vehicles' newer fixes arrive while the signer is down") {
+            harness.lostEvents(warm.events).isEmpty
+        }
+        #expect(harness.emulator.vehicles.count == 5, "no cold vehicle can have been sent")
+        #expect(signer.failures.load(ordering: .relaxed) >= 50)
+
+        signer.failing.store(false, ordering: .relaxed)
+        try await eventually("the cold vehicles follow once the signer is back") { harness.lostEvents(cold.events).isEmpty }
+        try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
+        try await running.stop()
+        #expect(running.relay.statistics.snapshot.deadLettered == 0)
+        #expect(harness.backwardsUpdates == 0)
+        await harness.shutdown()
+    }
+}
+
+/// A signer whose outage tests switch on and off.
+final class SwitchableSigner: VehicleTokenSigner {
+    let name = "switchable"
+    let base: any VehicleTokenSigner
+    let failing = Atomic<Bool>(false)
+    let failures = Atomic<Int>(0)
+
+    init(base: any VehicleTokenSigner) {
+        self.base = base
+    }
+
+    func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
+        if failing.load(ordering: .relaxed) {
+            failures.add(1, ordering: .relaxed)
+            throw SignerError(signer: name, reason: .unavailable, "switched off")
+        }
+        return try await base.mint(for: vehicle)
+    }
+}
+
 /// A signer that fails for a while after its first use, then recovers.
 final class FailingSigner: VehicleTokenSigner {
     let name = "failing"
