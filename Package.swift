@@ -87,7 +87,7 @@ let package = Package(
             name: "fleet-relay",
             dependencies: [
                 "Relay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
-                "OpsServer",
+                "OpsServer", "JSON",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -70,6 +70,7 @@ public final class FleetEngineEmulator: EmulatedService {
         var faults: [InjectedFault] = []
         var plan = FaultPlan()
         var downUntil: ContinuousClock.Instant?
+        var receivedTokens: Set<String> = []
     }
 
     public let provider: String
@@ -127,6 +128,9 @@ public final class FleetEngineEmulator: EmulatedService {
 
     public var statistics: Statistics { state.withLock { $0.statistics } }
 
+    /// Every distinct bearer token received, when the emulator records history (leak checks in tests).
+    public var receivedTokens: Set<String> { state.withLock { $0.receivedTokens } }
+
     /// Registers a vehicle so that updates to it succeed when `requireExistingVehicles` is on.
     public func createVehicle(_ identity: VehicleIdentity) {
         state.withLock { state in
@@ -180,6 +184,7 @@ public final class FleetEngineEmulator: EmulatedService {
         guard request.method == "GET" || request.method == expectedMethod else {
             return Self.error(405, "METHOD_NOT_ALLOWED", "\(request.method) is not supported on \(segments[4]).")
         }
+        if recordsHistory, let token = request.bearerToken { state.withLock { _ = $0.receivedTokens.insert(token) } }
         switch verifier.verify(authorizationHeader: request.header("Authorization"), vehicle: vehicle) {
         case .unauthenticated(let message)?: return Self.error(401, "UNAUTHENTICATED", message)
         case .permissionDenied(let message)?: return Self.error(403, "PERMISSION_DENIED", message)

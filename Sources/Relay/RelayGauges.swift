@@ -8,7 +8,8 @@ final class RelayGauges {
     private let pausedPartitions = Gauge(label: "fleet_relay_paused_partitions")
     private let tokenCacheSize = Gauge(label: "fleet_relay_token_cache_size")
     private let tokenCacheHits = Counter(label: "fleet_relay_token_cache_hits_total")
-    private var reported = (mints: 0, hits: 0, errors: 0)
+    private var reported = (mints: 0, hits: 0)
+    private var reportedErrors: [String: Int] = [:]
 
     func refresh(consumer: KafkaConsumer, tracker: OffsetTracker, tokens: TokenCache) async {
         let assigned = tracker.assignedPartitions
@@ -22,14 +23,17 @@ final class RelayGauges {
                 Gauge(label: "fleet_relay_consumer_lag", dimensions: dimensions).record(max(0, high - offset))
             }
         }
-        let (mints, hits, errors, size, signer) = await (tokens.mintCount, tokens.hitCount, tokens.errorCount,
+        let (mints, hits, errors, size, signer) = await (tokens.mintCount, tokens.hitCount, tokens.errorsByReason,
                                                          tokens.count, tokens.signerName)
         Counter(label: "fleet_relay_tokens_minted_total", dimensions: [("signer", signer)])
             .increment(by: mints - reported.mints)
-        Counter(label: "fleet_relay_token_errors_total", dimensions: [("signer", signer)])
-            .increment(by: errors - reported.errors)
+        for (reason, count) in errors where count != reportedErrors[reason] {
+            Counter(label: "fleet_relay_token_errors_total", dimensions: [("signer", signer), ("reason", reason)])
+                .increment(by: count - (reportedErrors[reason] ?? 0))
+        }
         tokenCacheHits.increment(by: hits - reported.hits)
         tokenCacheSize.record(size)
-        reported = (mints, hits, errors)
+        reported = (mints, hits)
+        reportedErrors = errors
     }
 }

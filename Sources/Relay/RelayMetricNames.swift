@@ -16,7 +16,7 @@ public enum RelayMetricNames {
         "fleet_relay_tokens_minted_total": "Vehicle tokens minted, by signer.",
         "fleet_relay_token_cache_hits_total": "Token requests answered from the cache.",
         "fleet_relay_token_cache_size": "Vehicle tokens held in the cache.",
-        "fleet_relay_token_errors_total": "Failed token mints, by signer.",
+        "fleet_relay_token_errors_total": "Failed token mints, by signer and reason (unavailable, refused, bad_response, rejected_token, credentials, signing).",
         "fleet_relay_in_flight_requests": "Fleet Engine requests under way.",
         "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
         "fleet_relay_build_info": "Always 1; the version label names the running build.",

@@ -2,13 +2,17 @@ import ArgumentParser
 import FleetAuth
 import FleetEngineEmulator
 import Foundation
+import HTTPServing
 import Logging
 import ServiceLifecycle
 
 struct EmulatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "emulator",
-        abstract: "Serve a Fleet Engine emulator that verifies vehicle tokens as Fleet Engine does.")
+        abstract: "Serve a Fleet Engine emulator that verifies vehicle tokens as Fleet Engine does.",
+        discussion: """
+            The same port also serves stand-ins for the signers' peers, all signing with --key-file:             a token service at /vehicle-token (--signer token-service), the IAM signJwt endpoint             (--signer iam --iam-url <this URL>) and the metadata server (GCE_METADATA_HOST=<host:port>).
+            """)
 
     @Option(help: "Address to listen on.")
     var host = "127.0.0.1"
@@ -71,13 +75,18 @@ struct EmulatorCommand: AsyncParsableCommand {
                                            requireExistingVehicles: requireExistingVehicles)
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
                                    rejectedVehicles: Set(rejectedVehicles))
-        let url: String
+        let server: HTTPServer
         do {
-            url = try await emulator.start(host: host, port: port)
+            server = try await EmulatorHost.start(
+                [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key)], host: host, port: port)
         } catch {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }
+        let url = server.baseURL
         logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
+        let standIns = "token service \(url)\(TokenServiceEmulator.path), IAM signJwt \(url), "
+            + "metadata server GCE_METADATA_HOST=\(url.dropFirst("http://".count))"
+        logger.info("Signer stand-ins: \(standIns), signing as \(key.clientEmail)")
         let outage = downFor.map { downFor in
             Task {
                 try await Task.sleep(for: .milliseconds(Int64(downAfter * 1000)))
@@ -91,7 +100,7 @@ struct EmulatorCommand: AsyncParsableCommand {
         try await services.run()
         let statistics = emulator.statistics
         logger.info("Emulator stopped after \(statistics.requests) requests; \(emulator.vehicles.count) vehicles held")
-        await emulator.shutdown()
+        await server.shutdown()
     }
 
     static func writeThrowawayKey(to path: String, projectId: String = "fleet-relay-local") throws {

@@ -4,6 +4,7 @@ import FleetEngine
 import Kafka
 import Logging
 import Relay
+import RemoteSigners
 
 extension VehicleKind: ExpressibleByArgument {}
 extension LocationMode: ExpressibleByArgument {}
@@ -31,37 +32,8 @@ struct KafkaOptions: ParsableArguments {
     }
 }
 
-struct SignerOptions: ParsableArguments {
-    @Option(help: "Service-account key file (JSON) that signs vehicle tokens.")
-    var keyFile: String
-
-    @Option(help: "Seconds before a token's expiry at which it is replaced.")
-    var tokenRefreshMargin: Int = 300
-
-    @Option(help: "Most vehicle tokens kept; the least recently used beyond it are dropped.")
-    var tokenCacheSize = TokenCache.defaultCapacity
-
-    @Flag(help: "Sign one wildcard token (\"*\") per kind instead of one per vehicle. Only if your security model allows it.")
-    var wildcardToken = false
-
-    func loadKey() throws -> ServiceAccountKey {
-        do {
-            return try ServiceAccountKey.load(path: keyFile)
-        } catch {
-            throw StartupError(error.message)
-        }
-    }
-
-    func validate() throws {
-        guard (0..<1800).contains(tokenRefreshMargin) else {
-            throw ValidationError("--token-refresh-margin must be from 0 to 1799 seconds")
-        }
-        guard tokenCacheSize >= 1 else { throw ValidationError("--token-cache-size must be at least 1") }
-    }
-}
-
 struct FleetEngineOptions: ParsableArguments {
-    @Option(help: "Fleet Engine provider (Google Cloud project id). Default: the key file's project_id.")
+    @Option(help: "Fleet Engine provider (Google Cloud project id). Default: the key file's or the credentials' project.")
     var provider: String?
 
     @Option(help: "Fleet Engine base URL. Plain http is accepted only for loopback hosts.")
@@ -79,26 +51,21 @@ struct FleetEngineOptions: ParsableArguments {
     func validate() throws {
         guard maxInFlight >= 1, maxInFlight <= 4096 else { throw ValidationError("--max-in-flight must be from 1 to 4096") }
         guard requestTimeout >= 1 else { throw ValidationError("--request-timeout must be at least 1 second") }
-        guard let scheme = fleetEngineURL.split(separator: ":").first, ["http", "https"].contains(scheme),
-            fleetEngineURL.contains("://")
-        else { throw ValidationError("--fleet-engine-url must be an http(s) URL, not '\(fleetEngineURL)'") }
-        if scheme == "http", !Self.isLoopback(fleetEngineURL) {
-            throw ValidationError("--fleet-engine-url uses plain http to a non-loopback host; tokens would travel in clear text")
+        if let problem = URLText.insecurityReason(fleetEngineURL) {
+            throw ValidationError("--fleet-engine-url \(problem)")
         }
     }
 
-    func clientConfiguration(defaultProvider: String) -> FleetEngineClient.Configuration {
-        FleetEngineClient.Configuration(
-            baseURL: fleetEngineURL, provider: provider ?? defaultProvider, locationMode: locationMode,
+    /// - Parameter defaultProvider: the signer's project, used when `--provider` is not given.
+    func clientConfiguration(defaultProvider: String?) throws -> FleetEngineClient.Configuration {
+        guard let provider = provider ?? defaultProvider else {
+            throw StartupError("--provider is required: the signer does not tell which Google Cloud project is the Fleet Engine provider")
+        }
+        return FleetEngineClient.Configuration(
+            baseURL: fleetEngineURL, provider: provider, locationMode: locationMode,
             requestTimeout: .seconds(requestTimeout), maximumConnections: maxInFlight)
     }
 
-    static func isLoopback(_ url: String) -> Bool {
-        guard let afterScheme = url.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first else { return false }
-        let host = afterScheme.hasPrefix("[") ? String(afterScheme.prefix { $0 != "]" }.dropFirst())
-            : String(afterScheme.split(separator: ":").first ?? "")
-        return host == "localhost" || host.hasPrefix("127.") || host == "::1"
-    }
 }
 
 struct PipelineOptions: ParsableArguments {

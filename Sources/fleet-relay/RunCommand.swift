@@ -37,17 +37,16 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay")
-        let key = try signer.loadKey()
         let kafkaConfiguration = try kafka.configuration()
         do {
             try kafkaConfiguration.validate()
         } catch {
             throw StartupError(error.message)
         }
-        let clientConfiguration = fleetEngine.clientConfiguration(defaultProvider: key.projectId)
+        let setup = try await signer.makeSigner { logger.warning("\($0)") }
+        let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider)
         let client = FleetEngineClient(configuration: clientConfiguration)
-        let tokens = TokenCache(signer: LocalKeySigner(key: key), refreshMarginSeconds: Int64(signer.tokenRefreshMargin),
-                                wildcard: signer.wildcardToken, capacity: signer.tokenCacheSize)
+        let tokens = signer.makeTokenCache(setup.signer)
         var relayConfiguration = pipeline.relayConfiguration(
             kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight)
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
@@ -64,9 +63,9 @@ struct RunCommand: AsyncParsableCommand {
             "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)",
             "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
             "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
-            "signer": "local", "service_account": "\(key.clientEmail)", "wildcard_token": "\(signer.wildcardToken)",
+            "token_scope": "\(signer.tokenScope.rawValue)",
             "kafka_properties": "\(kafkaConfiguration.redacted.filter { $0.key != "bootstrap.servers" })",
-        ])
+        ].merging(setup.logMetadata) { current, _ in current })
         let ops: OpsServer
         do {
             let health = relay.health

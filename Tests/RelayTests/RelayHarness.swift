@@ -78,13 +78,14 @@ final class RelayHarness: Sendable {
     }
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
-                    configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
+                    tokens: TokenCache? = nil, configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
         var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group, batchLinger: .milliseconds(20),
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))
         let relay = try RelayService(configuration: configuration, client: client,
-                                     tokens: TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)), logger: logger)
+                                     tokens: tokens ?? TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)),
+                                     logger: logger)
         let serviceGroup = ServiceGroup(services: [relay], logger: logger)
         let task = Task { try await serviceGroup.run() }
         return RunningRelay(relay: relay, group: serviceGroup, task: task, client: client)

@@ -128,6 +128,22 @@ import Testing
         #expect(noCredentials.message.hasPrefix("no access token from metadata server http://127.0.0.1:1/computeMetadata/v1"))
     }
 
+    @Test func theCacheMintsOncePerVehicleUnderAThousandConcurrentRequests() async throws {
+        let google = GoogleAuthEmulator(signingKey: SignerKeys.fleet.key)
+        try await withPeers([google]) { url in
+            let (signer, _) = try signer(url, environment: metadataEnvironment(url))
+            let cache = TokenCache(signer: signer)
+            let vehicles = (0..<10).map { VehicleIdentity(kind: .vehicle, id: "v-\($0)") }
+            try await withThrowingDiscardingTaskGroup { group in
+                for request in 0..<1000 {
+                    group.addTask { _ = try await cache.token(for: vehicles[request % vehicles.count]) }
+                }
+            }
+            #expect(google.statistics.signedTokens == 10)
+            #expect(google.statistics.accessTokensFromMetadata == 1)
+        }
+    }
+
     @Test func aMissingCredentialsFileIsNamed() {
         let error = #expect(throws: SignerError.self) {
             try ApplicationDefaultCredentials.resolve(environment: ["GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/adc.json"],

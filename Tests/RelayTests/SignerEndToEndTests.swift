@@ -1,0 +1,189 @@
+import FleetAuth
+import FleetEngineEmulator
+import Foundation
+import HTTPServing
+import JSON
+import RemoteSigners
+import Testing
+
+/// Each signer, end to end through the binary: events in, every fix delivered with
+/// tokens from that signer, tokens minted once per vehicle, and no secret in the
+/// logs (at debug level), the metrics or the output.
+extension IntegrationTests {
+@Suite struct SignerEndToEndTests {
+    enum Setup: String, CaseIterable, Sendable {
+        case localKeyFile, tokenService, iamWithMetadataServer, iamWithKeyFileCredentials
+    }
+
+    static let headerSecret = "relay-s3cret-\(UUID().uuidString)"
+    static let callerEmail = "relay-caller@harness-project.iam.gserviceaccount.com"
+    static let tokenURIPlaceholder = "http://token-uri.invalid/token"
+    /// The account the relay authenticates as to IAM with a key file (not the fleet account).
+    static let callerKeyFileJSON = ServiceAccountKey.generateKeyFileJSON(
+        projectId: "harness-project", clientEmail: callerEmail, privateKeyId: "caller-kid", tokenURI: tokenURIPlaceholder)!
+    static let callerKey = try! ServiceAccountKey.parse(Array(callerKeyFileJSON.utf8), source: "caller key")
+
+    /// The signer's peers on one port: the operator's token service and Google's auth endpoints.
+    struct Peers {
+        let tokenService: TokenServiceEmulator
+        let google: GoogleAuthEmulator
+        let server: HTTPServer
+
+        init(harness: RelayHarness) async throws {
+            tokenService = TokenServiceEmulator(key: harness.key, requiredHeader: ("X-Relay-Key", SignerEndToEndTests.headerSecret))
+            google = GoogleAuthEmulator(signingKey: harness.key, callerKey: SignerEndToEndTests.callerKey)
+            server = try await EmulatorHost.start([tokenService, google])
+        }
+
+        var secrets: [String] { tokenService.issuedTokens + google.issuedSecrets }
+        var hostAndPort: String { String(server.baseURL.dropFirst("http://".count)) }
+    }
+
+    static func writeFile(_ text: String, mode: Int) -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sa-\(UUID().uuidString).json").path
+        _ = FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: mode])
+        return path
+    }
+
+    /// The signer flags and environment for `setup`.
+    func signerArguments(_ setup: Setup, peers: Peers) -> (arguments: [String], environment: [String: String]) {
+        switch setup {
+        case .localKeyFile:
+            // Readable by others on purpose: startup must warn.
+            return (["--key-file", Self.writeFile(RelayHarness.keyFileJSON, mode: 0o644)], [:])
+        case .tokenService:
+            return (["--signer", "token-service", "--token-url", peers.server.baseURL + TokenServiceEmulator.path,
+                     "--provider", "harness-project"],
+                    ["FLEET_RELAY_TOKEN_SERVICE_HEADER": "X-Relay-Key: \(Self.headerSecret)"])
+        case .iamWithMetadataServer:
+            // Service account and provider come from the metadata server.
+            return (["--signer", "iam", "--iam-url", peers.server.baseURL], ["GCE_METADATA_HOST": peers.hostAndPort])
+        case .iamWithKeyFileCredentials:
+            let keyFile = Self.writeFile(Self.callerKeyFileJSON.replacingOccurrences(
+                of: Self.tokenURIPlaceholder, with: peers.server.baseURL + GoogleAuthEmulator.oauthTokenPath), mode: 0o600)
+            return (["--signer", "iam", "--iam-url", peers.server.baseURL, "--service-account", RelayHarness.sharedKey.clientEmail],
+                    ["GOOGLE_APPLICATION_CREDENTIALS": keyFile, "GCE_METADATA_HOST": "127.0.0.1:1"])
+        }
+    }
+
+    @Test(arguments: Setup.allCases)
+    func deliversEverythingWithOneMintPerVehicleAndLeaksNoSecret(_ setup: Setup) async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        let peers = try await Peers(harness: harness)
+        let generated = GeneratedEvents(vehicles: 40, fixesPerVehicle: 5)
+        try await harness.produce(generated.events.map(\.record))
+        let metricsPort = try freeLoopbackPort()
+        let (signerArguments, environment) = signerArguments(setup, peers: peers)
+        let relay = try CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "signer-\(setup)",
+            "--fleet-engine-url", harness.emulatorURL, "--kafka-property", "session.timeout.ms=6000",
+            "--log-level", "debug", "--metrics-port", String(metricsPort), "--batch-linger-ms", "20",
+        ] + signerArguments, environment: environment)
+
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "signer-\(setup)")
+        let signerName = setup == .localKeyFile ? "local" : setup == .tokenService ? "token-service" : "iam"
+        var metrics = ""
+        try await eventually("the metrics count one mint per vehicle") {
+            metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+            return metricValue(metrics, "fleet_relay_tokens_minted_total", ["signer": signerName]) == 40
+        }
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(harness.backwardsUpdates == 0)
+        #expect(harness.emulator.statistics.responsesByStatus[401] == nil && harness.emulator.statistics.responsesByStatus[403] == nil)
+        switch setup {
+        case .localKeyFile:
+            #expect(result.stderr.contains("is readable by group or others (mode 644); restrict it to its owner (chmod 600)"))
+        case .tokenService:
+            #expect(peers.tokenService.statistics.tokensIssued == 40)
+            #expect(peers.tokenService.statistics.unauthorized == 0)
+        case .iamWithMetadataServer:
+            #expect(peers.google.statistics.signedTokens == 40)
+            #expect(peers.google.statistics.accessTokensFromMetadata == 1)
+        case .iamWithKeyFileCredentials:
+            #expect(peers.google.statistics.signedTokens == 40)
+            #expect(peers.google.statistics.accessTokensFromGrants == 1)
+        }
+
+        // Every token Fleet Engine saw or a peer issued, the header secret, and the key's material.
+        let keyLines = try #require(try JSONParser.parse(RelayHarness.keyFileJSON)["private_key"]?.stringValue)
+            .split(separator: "\n").filter { !$0.hasPrefix("-----") }.map(String.init)
+        let secrets = Array(harness.emulator.receivedTokens) + peers.secrets + [Self.headerSecret] + keyLines
+        #expect(secrets.count > 40)
+        for (name, text) in [("logs", result.stderr), ("output", result.stdout), ("metrics", metrics)] {
+            let leaked = secrets.filter { text.contains($0) }
+            #expect(leaked.isEmpty, "\(leaked.count) secrets in the \(name)")
+            #expect(!text.contains("PRIVATE KEY") && !text.contains("eyJ"), "no key or JWT in the \(name)")
+        }
+        await peers.server.shutdown()
+        await harness.shutdown()
+    }
+
+    @Test func tokenCommandPrintsADecodedTokenFromEachSigner() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let peers = try await Peers(harness: harness)
+        for setup in Setup.allCases {
+            let (arguments, environment) = signerArguments(setup, peers: peers)
+            let result = try await CommandLineTests.RunningProcess(
+                ["token", "--vehicle", "dv-9", "--kind", "delivery_vehicle"] + arguments.filter { $0 != "--provider" && $0 != "harness-project" },
+                environment: environment).finish()
+            #expect(result.status == 0, "\(setup): \(result.stderr)")
+            let lines = result.stdout.split(separator: "\n").map(String.init)
+            let token = try #require(lines.first)
+            let verifier = TokenVerifier(publicKey: harness.key.privateKey, keyId: harness.key.privateKeyId,
+                                         serviceAccount: harness.key.clientEmail)
+            #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: VehicleIdentity(kind: .deliveryVehicle, id: "dv-9")) == nil,
+                    "\(setup)")
+            #expect(lines.contains { $0.hasPrefix("claims:") && $0.contains(#""authorization":{"deliveryvehicleid":"dv-9"}"#) })
+            #expect(lines.contains { $0.hasPrefix("expires:") })
+        }
+        await peers.server.shutdown()
+        await harness.shutdown()
+    }
+
+    @Test func aSignerProblemAtStartupIsOneLine() async throws {
+        let wrongScheme = try await CommandLineTests.RunningProcess(
+            ["run", "--brokers", "b", "--topic", "t", "--signer", "token-service", "--token-url", "http://tokens.example.com/t"]).finish()
+        #expect(wrongScheme.stderr.hasSuffix("--token-url uses plain http to a non-loopback host; credentials would travel in clear text (see 'fleet-relay run --help')\n"))
+        let secret = "Bearer do-not-print-me"
+        let badHeader = try await CommandLineTests.RunningProcess(
+            ["run", "--brokers", "b", "--topic", "t", "--signer", "token-service", "--token-url", "https://tokens.example.com/t"],
+            environment: ["FLEET_RELAY_TOKEN_SERVICE_HEADER": secret]).finish()
+        #expect(badHeader.status == 78)
+        #expect(badHeader.stderr == "fleet-relay: error: the token-service header must look like 'Name: value' (no ':' found)\n")
+        let mixed = try await CommandLineTests.RunningProcess(
+            ["run", "--brokers", "b", "--topic", "t", "--signer", "iam", "--key-file", "k"]).finish()
+        #expect(mixed.stderr.hasPrefix("fleet-relay: error: --key-file applies to --signer local, not iam"))
+        let noProvider = try await CommandLineTests.RunningProcess(
+            ["run", "--brokers", "127.0.0.1:1", "--topic", "t", "--signer", "token-service", "--token-url", "https://tokens.example.com/t"]).finish()
+        #expect(noProvider.status == 78)
+        #expect(noProvider.stderr.hasPrefix("fleet-relay: error: --provider is required"))
+    }
+}
+}
+
+extension IntegrationTests.RelayFaultTests {
+    @Test func aTokenForAnotherVehicleIsRejectedCountedAndNeverSent() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let tokenService = TokenServiceEmulator(key: harness.key)
+        tokenService.behaviour = .wrongVehicle
+        let server = try await EmulatorHost.start([tokenService])
+        let signer = TokenServiceSigner(configuration: .init(url: server.baseURL + TokenServiceEmulator.path), http: SignerHTTP())
+        let tokens = TokenCache(signer: signer)
+        let running = try harness.startRelay(group: "relay", tokens: tokens)
+        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 3)
+        try await harness.produce(generated.events.map(\.record))
+        try await eventually("the relay refused tokens for every vehicle") {
+            await tokens.errorsByReason["rejected_token"] ?? 0 >= 10
+        }
+        #expect(harness.emulator.statistics.requests == 0, "no request carried a wrong token")
+        tokenService.behaviour = .normal
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
+        try await running.stop()
+        #expect(running.relay.statistics.snapshot.deadLettered == 0)
+        #expect(harness.emulator.statistics.responsesByStatus[403] == nil)
+        await server.shutdown()
+        await harness.shutdown()
+    }
+}
