@@ -71,6 +71,8 @@ public final class FleetEngineEmulator: EmulatedService {
         var plan = FaultPlan()
         var downUntil: ContinuousClock.Instant?
         var receivedTokens: Set<String> = []
+        /// Receipt time minus `lastLocation` time of accepted updates, since the last reset.
+        var latency = LatencyHistogram()
     }
 
     public let provider: String
@@ -91,7 +93,7 @@ public final class FleetEngineEmulator: EmulatedService {
         self.requireExistingVehicles = requireExistingVehicles
         self.recordsHistory = recordsHistory
         self.verifier = TokenVerifier(publicKey: key.privateKey, keyId: key.privateKeyId,
-                                      serviceAccount: key.clientEmail, clock: clock)
+                                      serviceAccount: key.clientEmail, remembersSignatures: true, clock: clock)
     }
 
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
@@ -102,8 +104,10 @@ public final class FleetEngineEmulator: EmulatedService {
         return server.baseURL
     }
 
-    /// Serves `/v1/providers/…`; other paths belong to other emulated services.
+    /// Serves `/v1/providers/…` and its own `/_emulator/…` statistics; other paths
+    /// belong to other emulated services.
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
+        if request.path.hasPrefix("/_emulator/") { return administer(request) }
         guard request.path.hasPrefix("/v1/providers/") else { return nil }
         let latency = state.withLock { $0.plan.latency }
         if latency > .zero { try? await Task.sleep(for: latency) }
@@ -231,10 +235,48 @@ public final class FleetEngineEmulator: EmulatedService {
             }
             state.vehicles[vehicle] = current
             state.statistics.locationsReceived += 1 + valid.pastLocationTimes.count
+            state.latency.record(milliseconds: WallClock.nowMilliseconds() - valid.locationTimeMilliseconds)
             return current
         }
         guard let stored else { return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.") }
         return .json(200, representation(vehicle, stored))
+    }
+
+    // MARK: Statistics over HTTP, for benchmarks running the emulator as a process
+
+    /// `GET /_emulator/statistics[?newer_than=MS]`: counters, vehicles (and how many hold a
+    /// location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency`.
+    private func administer(_ request: HTTPRequest) -> HTTPResponse {
+        switch (request.method, request.path) {
+        case ("GET", "/_emulator/statistics"):
+            let newerThan = request.query["newer_than"].flatMap { Int64($0) }
+            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan) })
+        case ("POST", "/_emulator/reset-latency"):
+            state.withLock { $0.latency = LatencyHistogram() }
+            return .json(200, "{}")
+        default:
+            return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)")
+        }
+    }
+
+    private static func statisticsJSON(_ state: State, newerThan: Int64?) -> String {
+        var body = JSONObjectWriter()
+        let statistics = state.statistics
+        body.add("requests", statistics.requests)
+        body.add("update_requests", statistics.updateRequests)
+        body.add("accepted_updates", statistics.updateResponsesByStatus[200] ?? 0)
+        body.add("locations_received", statistics.locationsReceived)
+        body.add("vehicles", state.vehicles.count)
+        if let newerThan {
+            body.add("vehicles_newer_than", state.vehicles.values.count { $0.locationTimeMilliseconds > newerThan })
+        }
+        var latency = JSONObjectWriter()
+        latency.add("count", state.latency.count)
+        latency.add("p50", Int(state.latency.percentile(0.5)))
+        latency.add("p99", Int(state.latency.percentile(0.99)))
+        latency.add("max", Int(state.latency.maximum))
+        body.add("latency_ms", latency)
+        return body.json
     }
 
     /// A queued one-off fault first, else one drawn from the fault plan.

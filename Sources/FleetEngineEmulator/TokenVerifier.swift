@@ -1,5 +1,6 @@
 import FleetAuth
 import JSON
+import Synchronization
 
 /// Checks a vehicle JWT the way Fleet Engine does (contract: jwt.md).
 public struct TokenVerifier: Sendable {
@@ -16,12 +17,17 @@ public struct TokenVerifier: Sendable {
     /// Fleet Engine tolerates roughly ten minutes of clock skew.
     public let clockSkewSeconds: Int64 = 600
     private let clock: EpochClock
+    private let verifiedSignatures: VerifiedSignatures?
 
-    public init(publicKey: RSAKey, keyId: String, serviceAccount: String, clock: @escaping EpochClock = systemEpochClock) {
+    /// - Parameter remembersSignatures: check each distinct token's signature once (as a
+    ///   server at scale would) instead of per request; claims are still checked every time.
+    public init(publicKey: RSAKey, keyId: String, serviceAccount: String, remembersSignatures: Bool = false,
+                clock: @escaping EpochClock = systemEpochClock) {
         self.publicKey = publicKey
         self.keyId = keyId
         self.serviceAccount = serviceAccount
         self.clock = clock
+        self.verifiedSignatures = remembersSignatures ? VerifiedSignatures() : nil
     }
 
     public func verify(authorizationHeader: String?, vehicle: VehicleIdentity) -> Failure? {
@@ -35,7 +41,9 @@ public struct TokenVerifier: Sendable {
         } catch {
             return .unauthenticated("Malformed JWT: \(error.message).")
         }
-        if let failure = verifySignature(parts) ?? verifyClaims(parts.claims) { return failure }
+        let signatureFailure = verifiedSignatures?.contains(token) == true ? nil : verifySignature(parts)
+        if signatureFailure == nil { verifiedSignatures?.insert(token) }
+        if let failure = signatureFailure ?? verifyClaims(parts.claims) { return failure }
         return verifyAuthorization(parts.claims, vehicle: vehicle)
     }
 
@@ -79,5 +87,20 @@ public struct TokenVerifier: Sendable {
             return .permissionDenied("JWT does not authorize \(vehicle.kind.claimName) \(vehicle.id).")
         }
         return nil
+    }
+}
+
+/// Tokens whose signature was found valid, bounded: forgotten wholesale when full.
+final class VerifiedSignatures: Sendable {
+    private static let capacity = 500_000
+    private let tokens = Mutex(Set<String>())
+
+    func contains(_ token: String) -> Bool { tokens.withLock { $0.contains(token) } }
+
+    func insert(_ token: String) {
+        tokens.withLock { tokens in
+            if tokens.count >= Self.capacity { tokens.removeAll(keepingCapacity: true) }
+            tokens.insert(token)
+        }
     }
 }

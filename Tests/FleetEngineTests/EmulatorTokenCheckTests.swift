@@ -3,6 +3,7 @@ import FleetEngine
 import FleetEngineEmulator
 import Foundation
 import JSON
+import Synchronization
 import Testing
 
 /// The emulator must refuse exactly what Fleet Engine refuses; these drive it
@@ -107,5 +108,28 @@ import Testing
             #expect(first.outcome == .transient(cause: "http_503", retryAfterSeconds: 3))
             #expect(await client.send(update, token: token(claims())).outcome == .accepted)
         }
+    }
+}
+
+@Suite struct TokenVerifierMemoryTests {
+    @Test func aRememberedSignatureStillHasItsClaimsCheckedEveryTime() throws {
+        let key = EmulatorTokenCheckTests.key
+        let now = Mutex<Int64>(1_800_000_000)
+        let verifier = TokenVerifier(publicKey: key.privateKey, keyId: "kid-1", serviceAccount: key.clientEmail,
+                                     remembersSignatures: true, clock: { now.withLock { $0 } })
+        let claims = FleetEngineClaims.claimsJSON(serviceAccount: key.clientEmail, kind: .vehicle, vehicleId: "veh-1",
+                                                  issuedAt: 1_800_000_000, lifetimeSeconds: 3600)
+        let token = JWT.signRS256(headerJSON: FleetEngineClaims.headerJSON(keyId: "kid-1"), claimsJSON: claims, key: key.privateKey)!
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-1")
+        #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: vehicle) == nil)
+        #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: vehicle) == nil)
+        #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: VehicleIdentity(kind: .vehicle, id: "veh-2"))
+            == .permissionDenied("JWT does not authorize vehicleid veh-2."))
+        var tampered = Array(token.utf8)
+        tampered[tampered.count - 2] = tampered[tampered.count - 2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        #expect(verifier.verify(authorizationHeader: "Bearer " + String(decoding: tampered, as: UTF8.self), vehicle: vehicle)
+            == .unauthenticated("JWT signature is invalid."))
+        now.withLock { $0 += 3600 + 601 }
+        #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: vehicle) == .unauthenticated("JWT has expired."))
     }
 }
