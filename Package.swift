@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "fleet-relay", targets: ["fleet-relay"]),
+        .executable(name: "fleet-relay-bench", targets: ["Bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -93,6 +94,16 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // `make bench`: drives a release build of fleet-relay as separate processes.
+        .executableTarget(
+            name: "Bench",
+            dependencies: [
+                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),

@@ -27,4 +27,9 @@ public struct SignerError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(signer) signer: \(message)" }
+
+    /// The message of a `SignerError`, or any other error's description.
+    public static func message(of error: any Error) -> String {
+        (error as? SignerError)?.message ?? "\(error)"
+    }
 }

@@ -250,7 +250,7 @@ public final class FleetEngineEmulator: EmulatedService {
         switch (request.method, request.path) {
         case ("GET", "/_emulator/statistics"):
             let newerThan = request.query["newer_than"].flatMap { Int64($0) }
-            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan) })
+            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan, recordsHistory: recordsHistory) })
         case ("POST", "/_emulator/reset-latency"):
             state.withLock { $0.latency = LatencyHistogram() }
             return .json(200, "{}")
@@ -259,7 +259,7 @@ public final class FleetEngineEmulator: EmulatedService {
         }
     }
 
-    private static func statisticsJSON(_ state: State, newerThan: Int64?) -> String {
+    private static func statisticsJSON(_ state: State, newerThan: Int64?, recordsHistory: Bool) -> String {
         var body = JSONObjectWriter()
         let statistics = state.statistics
         body.add("requests", statistics.requests)
@@ -267,6 +267,9 @@ public final class FleetEngineEmulator: EmulatedService {
         body.add("accepted_updates", statistics.updateResponsesByStatus[200] ?? 0)
         body.add("locations_received", statistics.locationsReceived)
         body.add("vehicles", state.vehicles.count)
+        if recordsHistory {
+            body.add("distinct_fixes_received", state.vehicles.values.reduce(0) { $0 + $1.receivedFixTimes.count })
+        }
         if let newerThan {
             body.add("vehicles_newer_than", state.vehicles.values.count { $0.locationTimeMilliseconds > newerThan })
         }

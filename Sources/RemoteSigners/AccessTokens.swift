@@ -30,7 +30,8 @@ extension AccessToken: CustomStringConvertible {
 public protocol AccessTokenSource: Sendable {
     /// For logs: "metadata server", "service account key <file>".
     var description: String { get }
-    func fetch() async throws(SignerError) -> AccessToken
+    /// Throws `SignerError`.
+    func fetch() async throws -> AccessToken
 }
 
 /// Keeps one access token until shortly before it expires (Google's libraries

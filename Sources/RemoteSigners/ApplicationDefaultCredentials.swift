@@ -52,33 +52,33 @@ public struct MetadataServer: AccessTokenSource {
 
     public var description: String { "metadata server \(baseURL)" }
 
-    public func fetch() async throws(SignerError) -> AccessToken {
+    public func fetch() async throws -> AccessToken {
         let body = try await get("/instance/service-accounts/default/token")
         return try AccessToken.parse(body, now: clock(), from: "metadata server", signer: "iam")
     }
 
     /// The default service account's email.
-    public func serviceAccountEmail() async throws(SignerError) -> String {
+    public func serviceAccountEmail() async throws -> String {
         try await text("/instance/service-accounts/default/email")
     }
 
-    public func projectId() async throws(SignerError) -> String {
+    public func projectId() async throws -> String {
         try await text("/project/project-id")
     }
 
-    private func text(_ path: String) async throws(SignerError) -> String {
+    private func text(_ path: String) async throws -> String {
         let text = String(decoding: try await get(path), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty else { throw SignerError(signer: "iam", reason: .credentials, "metadata server answered nothing for \(path)") }
         return text
     }
 
-    private func get(_ path: String) async throws(SignerError) -> [UInt8] {
+    private func get(_ path: String) async throws -> [UInt8] {
         let response: SignerHTTP.Response
         do {
             response = try await http.send(.GET, baseURL + path, headers: [("Metadata-Flavor", "Google")],
                                            peer: "metadata server", signer: "iam")
         } catch {
-            throw SignerError(signer: "iam", reason: .credentials, error.message)
+            throw SignerError(signer: "iam", reason: .credentials, SignerError.message(of: error))
         }
         guard response.status == 200 else {
             throw SignerError(signer: "iam", reason: .credentials, "metadata server answered HTTP \(response.status) for \(path)")
@@ -106,7 +106,7 @@ public struct ServiceAccountGrant: AccessTokenSource {
 
     public var description: String { "service account key \(keyFile)" }
 
-    public func fetch() async throws(SignerError) -> AccessToken {
+    public func fetch() async throws -> AccessToken {
         let now = clock()
         guard let assertion = JWT.signRS256(headerJSON: FleetEngineClaims.headerJSON(keyId: key.privateKeyId),
                                             claimsJSON: assertionClaims(issuedAt: now), key: key.privateKey)
@@ -117,7 +117,7 @@ public struct ServiceAccountGrant: AccessTokenSource {
             response = try await http.send(.POST, key.tokenURI, headers: [("Content-Type", "application/x-www-form-urlencoded")],
                                            body: Array(body.utf8), peer: "OAuth token endpoint", signer: "iam")
         } catch {
-            throw SignerError(signer: "iam", reason: .credentials, error.message)
+            throw SignerError(signer: "iam", reason: .credentials, SignerError.message(of: error))
         }
         guard response.status == 200 else {
             let detail = errorMessage(response.body).map { ": \($0)" } ?? ""

@@ -56,8 +56,9 @@ public struct IAMSigner: VehicleTokenSigner {
         let accessToken: String
         do {
             accessToken = try await credentials.token()
-        } catch let error as SignerError {
-            throw SignerError(signer: name, reason: .credentials, "no access token from \(credentials.sourceDescription): \(error.message)")
+        } catch {
+            throw SignerError(signer: name, reason: .credentials,
+                              "no access token from \(credentials.sourceDescription): \(SignerError.message(of: error))")
         }
         return try await http.send(.POST, endpoint, headers: [
             ("Authorization", "Bearer " + accessToken), ("Content-Type", "application/json"),

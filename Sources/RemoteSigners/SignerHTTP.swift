@@ -21,9 +21,10 @@ public final class SignerHTTP: Sendable {
         self.timeout = timeout
     }
 
+    /// Throws `SignerError` (reason `unavailable`) when the peer cannot be reached or does not answer in time.
     /// - Parameter peer: names the service in errors ("token service", "IAM signJwt").
     public func send(_ method: HTTPMethod, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-                     peer: String, signer: String) async throws(SignerError) -> Response {
+                     peer: String, signer: String) async throws -> Response {
         var request = HTTPClientRequest(url: url)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }

@@ -47,6 +47,9 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Option(help: "Seconds of outage (every request answered 503). Default: none.")
     var downFor: Double?
 
+    @Flag(help: "Keep every fix time received, to count distinct fixes in /_emulator/statistics (memory grows with traffic).")
+    var recordHistory = false
+
     @Option(name: .customLong("reject-vehicle"), help: "A vehicle id answered 404 (repeatable).")
     var rejectedVehicles: [String] = []
 
@@ -72,7 +75,7 @@ struct EmulatorCommand: AsyncParsableCommand {
             throw StartupError(error.message)
         }
         let emulator = FleetEngineEmulator(key: key, provider: provider ?? key.projectId,
-                                           requireExistingVehicles: requireExistingVehicles)
+                                           requireExistingVehicles: requireExistingVehicles, recordsHistory: recordHistory)
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
                                    rejectedVehicles: Set(rejectedVehicles))
         let server: HTTPServer

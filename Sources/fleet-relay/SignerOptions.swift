@@ -155,7 +155,8 @@ struct SignerOptions: ParsableArguments {
             do {
                 account = try await metadata.serviceAccountEmail()
             } catch {
-                throw StartupError("cannot learn the service account from the metadata server (\(error.message)); set --service-account")
+                throw StartupError("cannot learn the service account from the metadata server "
+                    + "(\(SignerError.message(of: error))); set --service-account")
             }
         }
         var project = credentials.projectId

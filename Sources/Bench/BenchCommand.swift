@@ -1,0 +1,87 @@
+import ArgumentParser
+import Foundation
+import Logging
+
+/// `make bench`: the relay's throughput, latency, CPU and memory on this machine,
+/// each figure next to its ratio to the same run's ceiling.
+@main
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fleet-relay-bench",
+        abstract: "Benchmark the relay (release build) against the mock Kafka cluster and the emulator, each its own process.")
+
+    @Option(help: "The fleet-relay binary to benchmark (also runs the emulator).")
+    var relayBinary = ".build/release/fleet-relay"
+
+    @Option(help: "Where the results go as JSON.")
+    var output = "bench/results.json"
+
+    @Option(help: "Topic partitions (the mock cluster keeps about 100,000 messages or 5 MiB per partition).")
+    var partitions = 16
+
+    @Option(help: "Vehicles in the backlog-drain scenario.")
+    var drainVehicles = 2000
+
+    @Option(help: "Fixes per vehicle in the backlog.")
+    var drainFixesPerVehicle = 100
+
+    @Option(help: "Vehicles in the steady-state scenario (each reports every vehicles/rate seconds).")
+    var steadyVehicles = 100_000
+
+    @Option(help: "Events per second in the steady-state scenario.")
+    var steadyRate = 20_000
+
+    @Option(help: "Seconds the steady state is measured, after its warm-up.")
+    var steadySeconds = 60
+
+    @Option(help: "Longest steady-state warm-up in seconds.")
+    var warmupLimit = 240
+
+    @Option(help: "Update requests sent to measure the emulator's ceiling.")
+    var ceilingRequests = 20_000
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .error
+            return handler
+        }
+        let logger = Logger(label: "bench")
+        guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
+            throw BenchError("\(relayBinary) is missing: build it first (swift build -c release)")
+        }
+        let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
+        print("fleet-relay bench: logs and scratch files in \(workDirectory)")
+        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, workDirectory: workDirectory, logger: logger)
+        let scenarios = Scenarios(environment: environment, partitions: partitions)
+        var report = Report()
+        let started = ContinuousClock.now
+        do {
+            print("backlog: producing \(drainVehicles * drainFixesPerVehicle) events for \(drainVehicles) vehicles on \(partitions) partitions")
+            let backlog = try await scenarios.produceBacklog(topic: "bench-drain", vehicles: drainVehicles,
+                                                             fixesPerVehicle: drainFixesPerVehicle)
+            print("1. ceilings")
+            let consume = try await scenarios.consumeCeiling(topic: backlog.topic, events: backlog.events, report: &report)
+            let requests = try await scenarios.emulatorCeiling(requests: ceilingRequests, vehicles: 500, report: &report)
+            print("2. backlog drain")
+            try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
+            print("3. steady state: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after warm-up")
+            try await scenarios.steadyState(vehicles: steadyVehicles, rate: steadyRate, seconds: steadySeconds,
+                                            warmupLimit: warmupLimit, consumeCeiling: consume, report: &report)
+        } catch {
+            await environment.shutdown()
+            throw error
+        }
+        await environment.shutdown()
+        print("\n" + report.table())
+        let wall = (ContinuousClock.now - started).seconds
+        print(String(format: "\nbench took %.0f s; results in %@", wall, output))
+        let json = report.json(environment: [
+            "date": ISO8601DateFormatter().string(from: Date()), "cores": String(ProcessInfo.processInfo.activeProcessorCount),
+            "partitions": String(partitions), "relay_binary": relayBinary, "wall_seconds": String(Int(wall)),
+        ])
+        try FileManager.default.createDirectory(atPath: (output as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try Data(json.utf8).write(to: URL(fileURLWithPath: output))
+    }
+}

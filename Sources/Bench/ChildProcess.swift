@@ -1,0 +1,67 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A process the benchmark starts (the relay, the emulator, kcat), with the
+/// CPU time and memory the kernel accounts to it.
+final class ChildProcess: @unchecked Sendable {
+    let process = Process()
+    let name: String
+    private let log: FileHandle?
+
+    /// - Parameter logPath: where its stdout and stderr go (nil: discarded).
+    init(name: String, executable: String, arguments: [String], logPath: String? = nil) throws {
+        self.name = name
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let logPath {
+            FileManager.default.createFile(atPath: logPath, contents: nil)
+            log = FileHandle(forWritingAtPath: logPath)
+        } else {
+            log = nil
+        }
+        process.standardOutput = log ?? FileHandle.nullDevice
+        process.standardError = log ?? FileHandle.nullDevice
+        try process.run()
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// User + system CPU seconds so far (/proc/<pid>/stat fields 14 and 15).
+    var cpuSeconds: Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let afterName = stat.range(of: ") ")
+        else { return 0 }
+        let fields = stat[afterName.upperBound...].split(separator: " ")
+        let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Peak resident memory in MB (VmHWM).
+    var peakRSSMegabytes: Double { statusKilobytes("VmHWM") / 1024 }
+
+    var rssMegabytes: Double { statusKilobytes("VmRSS") / 1024 }
+
+    private func statusKilobytes(_ field: String) -> Double {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") })
+        else { return 0 }
+        return Double(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    /// SIGTERM, then waits (on a thread of its own) for the exit status.
+    func stop() async -> Int32 {
+        if process.isRunning { process.terminate() }
+        return await waitForExit()
+    }
+
+    func waitForExit() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            Thread {
+                self.process.waitUntilExit()
+                continuation.resume(returning: self.process.terminationStatus)
+            }.start()
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import AsyncHTTPClient
+import Foundation
+import JSON
+import Kafka
+import Logging
+import NIOCore
+
+/// Reads state over HTTP and Kafka: the emulator's statistics, the relay's
+/// readiness and metrics, a group's committed offsets.
+struct Probes {
+    let emulatorURL: String
+    let kafka: KafkaConfiguration
+    let logger: Logger
+
+    func get(_ url: String) async -> (status: Int, body: String)? {
+        do {
+            let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
+            let body = try await response.body.collect(upTo: 16 << 20)
+            return (Int(response.status.code), String(buffer: body))
+        } catch {
+            return nil
+        }
+    }
+
+    func post(_ url: String) async {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        _ = try? await HTTPClient.shared.execute(request, timeout: .seconds(10))
+    }
+
+    /// The emulator's `/_emulator/statistics`.
+    func emulator(newerThan: Int64? = nil) async -> JSONValue {
+        let query = newerThan.map { "?newer_than=\($0)" } ?? ""
+        guard let (status, body) = await get(emulatorURL + "/_emulator/statistics" + query), status == 200,
+            let statistics = try? JSONParser.parse(body)
+        else { return .null }
+        return statistics
+    }
+
+    func resetLatency() async {
+        await post(emulatorURL + "/_emulator/reset-latency")
+    }
+
+    func isReady(metricsPort: Int) async -> Bool {
+        await get("http://127.0.0.1:\(metricsPort)/readyz")?.status == 200
+    }
+
+    /// The sum of a metric's samples in the relay's /metrics.
+    func metric(_ name: String, metricsPort: Int) async -> Double {
+        guard let body = await get("http://127.0.0.1:\(metricsPort)/metrics")?.body else { return 0 }
+        return body.split(separator: "\n").reduce(0) { sum, line in
+            guard line.hasPrefix(name + "{") || line.hasPrefix(name + " ") else { return sum }
+            return sum + (line.split(separator: " ").last.flatMap { Double($0) } ?? 0)
+        }
+    }
+
+    /// High watermark minus committed offset, summed over the topic's partitions.
+    func lag(topic: String, partitions: Int, group: String) async throws -> Int64 {
+        let inspector = try KafkaInspector(configuration: kafka, group: group, logger: logger)
+        let committed = try await inspector.committedOffsets(topic: topic, partitions: partitions)
+        let high = try await inspector.highWatermarks(topic: topic, partitions: partitions)
+        return high.reduce(0) { sum, entry in sum + entry.value - ((committed[entry.key] ?? nil) ?? 0) }
+    }
+}
+
+/// Waits until `condition` holds, polling every `interval`; false at the deadline.
+func waitUntil(timeout: Duration, interval: Duration = .milliseconds(100), _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: interval)
+    }
+    return false
+}

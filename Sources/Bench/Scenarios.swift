@@ -1,0 +1,250 @@
+import FleetAuth
+import FleetEngine
+import FleetSimulator
+import Foundation
+import JSON
+import Kafka
+import Synchronization
+
+/// The benchmark's scenarios. Each adds its figures to the report.
+struct Scenarios {
+    let environment: BenchEnvironment
+    let partitions: Int
+    var probes: Probes { environment.probes }
+
+    // MARK: 1. Ceilings
+
+    /// Events per second a bare librdkafka consumer (kcat) reads from `topic`: the Kafka side's limit.
+    func consumeCeiling(topic: String, events: Int, report: inout Report) async throws -> Double {
+        guard let kcat = which("kcat") else { throw BenchError("kcat is missing (make deps installs it)") }
+        let output = environment.workDirectory + "/kcat.out"
+        let started = ContinuousClock.now
+        let process = try ChildProcess(name: "kcat", executable: kcat, arguments: [
+            "-C", "-b", environment.cluster.bootstrapServers, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n",
+        ], logPath: output)
+        let status = await process.waitForExit()
+        let elapsed = (ContinuousClock.now - started).seconds
+        let read = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n").count ?? 0
+        guard status == 0, read == events else { throw BenchError("kcat read \(read) of \(events) events (exit \(status))") }
+        let rate = Double(events) / elapsed
+        report.add("ceiling", "bare consumer (kcat) read rate", rate, "events/s")
+        return rate
+    }
+
+    /// Update requests per second the emulator answers with pre-minted tokens and 64 connections.
+    func emulatorCeiling(requests: Int, vehicles: Int, report: inout Report) async throws -> Double {
+        let signer = LocalKeySigner(key: environment.key)
+        var tokens: [(VehicleIdentity, String)] = []
+        for index in 0..<vehicles {
+            let vehicle = VehicleIdentity(kind: .vehicle, id: "ceiling-\(index)")
+            tokens.append((vehicle, try await signer.mint(for: vehicle).token))
+        }
+        let client = FleetEngineClient(configuration: .init(baseURL: environment.emulatorURL, provider: environment.key.projectId,
+                                                            maximumConnections: 64))
+        let base: Int64 = 1_600_000_000_000  // 2020: older than every scenario's fixes
+        let minted = tokens
+        let started = ContinuousClock.now
+        let accepted = await withTaskGroup(of: Int.self) { group in
+            for worker in 0..<64 {
+                group.addTask {
+                    var accepted = 0
+                    for request in stride(from: worker, to: requests, by: 64) {
+                        let (vehicle, token) = minted[request % minted.count]
+                        let fix = LocationFix(latitude: 37.7, longitude: -122.4, recordedAtMilliseconds: base + Int64(request))
+                        let response = await client.send(VehicleLocationUpdate(vehicle: vehicle, lastLocation: fix), token: token)
+                        if response.status == 200 { accepted += 1 }
+                    }
+                    return accepted
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        let elapsed = (ContinuousClock.now - started).seconds
+        await client.shutdown()
+        guard accepted == requests else { throw BenchError("the emulator accepted \(accepted) of \(requests) requests") }
+        let rate = Double(requests) / elapsed
+        report.add("ceiling", "emulator update requests (pre-minted tokens)", rate, "requests/s")
+        return rate
+    }
+
+    // MARK: 2. Backlog drain
+
+    struct Backlog {
+        let topic: String
+        let events: Int
+        let vehicles: Int
+        /// Every vehicle's newest fix is later than this; every older fix is not.
+        let newestAfter: Int64
+    }
+
+    /// Produces `fixesPerVehicle` fixes 5 s apart for each vehicle, all in the past.
+    func produceBacklog(topic: String, vehicles: Int, fixesPerVehicle: Int) async throws -> Backlog {
+        try environment.createTopic(topic, partitions: partitions)
+        let producer = try KafkaProducer(configuration: environment.kafka, logger: environment.logger)
+        var fleet = SimulatedFleet(count: vehicles, idPrefix: "drain-")
+        let base = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle + 2) * 5000
+        for step in 0..<fixesPerVehicle {
+            for index in 0..<vehicles {
+                let time = base + Int64(step) * 5000 + Int64(index % 5000)
+                let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: time)
+                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+            }
+        }
+        guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
+            throw BenchError("producing the backlog failed (\(producer.failedDeliveries) undelivered)")
+        }
+        await producer.close()
+        return Backlog(topic: topic, events: vehicles * fixesPerVehicle, vehicles: vehicles,
+                       newestAfter: base + Int64(fixesPerVehicle - 1) * 5000 - 1)
+    }
+
+    func backlogDrain(_ backlog: Backlog, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws {
+        let before = await probes.emulator()
+        let (relay, metricsPort, startup) = try await environment.startRelay(topic: backlog.topic, group: "bench-drain")
+        let started = ContinuousClock.now
+        let cpuAtStart = relay.cpuSeconds
+        let delivered = await waitUntil(timeout: .seconds(600)) {
+            await probes.emulator(newerThan: backlog.newestAfter)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
+        }
+        let committed = try await waitUntil(timeout: .seconds(120)) {
+            try await probes.lag(topic: backlog.topic, partitions: partitions, group: "bench-drain") == 0
+        }
+        let elapsed = (ContinuousClock.now - started).seconds
+        let cpu = relay.cpuSeconds - cpuAtStart
+        let peak = relay.peakRSSMegabytes
+        let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
+        _ = await relay.stop()
+        guard delivered, committed else { throw BenchError("the backlog was not drained within 10 minutes") }
+        let after = await probes.emulator()
+        let requests = delta(after, before, "update_requests")
+        let lost = Double(backlog.events) - delta(after, before, "distinct_fixes_received")
+        let eventRate = Double(backlog.events) / elapsed
+        let section = "backlog drain"
+        report.add(section, "relay start until the group is joined", startup.seconds, "s")
+        report.add(section, "drain time (joined → newest fixes held, offsets committed)", elapsed, "s")
+        report.add(section, "events/s", eventRate, "events/s", ratio: eventRate / consumeCeiling, of: "bare consumer")
+        report.add(section, "requests/s", requests / elapsed, "requests/s", ratio: requests / elapsed / requestCeiling,
+                   of: "emulator ceiling")
+        report.add(section, "coalescing (events per request)", Double(backlog.events) / requests, "events/request")
+        report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
+        report.add(section, "relay peak RSS", peak, "MB")
+        report.add(section, "tokens minted", minted, "tokens", ratio: minted / Double(backlog.vehicles), of: "vehicles")
+        report.add(section, "events lost", lost, "events")
+    }
+
+    // MARK: 3 and 4. Steady state, and tokens
+
+    func steadyState(vehicles: Int, rate: Int, seconds: Int, warmupLimit: Int, consumeCeiling: Double,
+                     report: inout Report) async throws {
+        let topic = "bench-steady"
+        let group = "bench-steady"
+        try environment.createTopic(topic, partitions: partitions)
+        let before = await probes.emulator()
+        let (relay, metricsPort, _) = try await environment.startRelay(topic: topic, group: group)
+        let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate)
+        let feeding = Task { try await feeder.run() }
+        defer { feeding.cancel() }
+        let section = "steady state"
+
+        // Warm-up: the first round of every vehicle needs its first token.
+        let warmupStarted = ContinuousClock.now
+        let warmedUp = try await waitUntil(timeout: .seconds(warmupLimit), interval: .seconds(1)) {
+            let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
+            let lag = try await probes.lag(topic: topic, partitions: partitions, group: group)
+            return minted >= Double(vehicles) && lag < Int64(rate)
+        }
+        let warmup = (ContinuousClock.now - warmupStarted).seconds
+        report.add(section, "warm-up (a first token for every vehicle, lag under 1 s of events)", warmup, "s")
+        if !warmedUp { report.notes.append("steady state: warm-up did not finish within \(warmupLimit) s; measured anyway") }
+
+        await probes.resetLatency()
+        let lagAtStart = try await probes.lag(topic: topic, partitions: partitions, group: group)
+        let producedAtStart = feeder.produced
+        let cpuAtStart = relay.cpuSeconds
+        let measureStarted = ContinuousClock.now
+        try await Task.sleep(for: .seconds(seconds))
+        let elapsed = (ContinuousClock.now - measureStarted).seconds
+        let cpu = relay.cpuSeconds - cpuAtStart
+        let produced = Double(feeder.produced - producedAtStart)
+        let lagAtEnd = try await probes.lag(topic: topic, partitions: partitions, group: group)
+        let statistics = await probes.emulator()
+        let rss = relay.rssMegabytes
+        let peak = relay.peakRSSMegabytes
+        feeding.cancel()
+        let totalProduced = try await feeding.value
+
+        // Drain what is left, then account for every event.
+        _ = try await waitUntil(timeout: .seconds(180), interval: .seconds(1)) {
+            try await probes.lag(topic: topic, partitions: partitions, group: group) == 0
+        }
+        let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
+        _ = await relay.stop()
+        let after = await probes.emulator()
+        let lost = Double(totalProduced) - delta(after, before, "distinct_fixes_received")
+        let latency = statistics["latency_ms"]
+        let producedRate = produced / elapsed
+        report.add(section, "events produced", producedRate, "events/s", ratio: producedRate / consumeCeiling, of: "bare consumer")
+        report.add(section, "latency p50 (event time → emulator)", latency?["p50"]?.numberValue ?? -1, "ms")
+        report.add(section, "latency p99", latency?["p99"]?.numberValue ?? -1, "ms")
+        report.add(section, "latency max", latency?["max"]?.numberValue ?? -1, "ms")
+        report.add(section, "consumer lag at start of measurement", Double(lagAtStart), "events")
+        report.add(section, "consumer lag at end", Double(lagAtEnd), "events")
+        report.add(section, "relay CPU share", cpu / elapsed, "cores", ratio: cpu / elapsed / 2, of: "the machine's 2 cores")
+        report.add(section, "relay RSS at end", rss, "MB")
+        report.add(section, "relay peak RSS", peak, "MB")
+        report.add(section, "events lost", lost, "events")
+        report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
+        report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
+    }
+
+    private func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
+        (after[field]?.numberValue ?? 0) - (before[field]?.numberValue ?? 0)
+    }
+}
+
+/// Produces events at a steady rate over a fleet, each with the current time.
+final class SteadyFeeder: @unchecked Sendable {
+    let environment: BenchEnvironment
+    let topic: String
+    let vehicles: Int
+    let rate: Int
+    private let count = Mutex(0)
+
+    init(environment: BenchEnvironment, topic: String, vehicles: Int, rate: Int) {
+        self.environment = environment
+        self.topic = topic
+        self.vehicles = vehicles
+        self.rate = rate
+    }
+
+    var produced: Int { count.withLock { $0 } }
+
+    /// Runs until cancelled; returns the events produced (all flushed).
+    func run() async throws -> Int {
+        let producer = try KafkaProducer(configuration: environment.kafka, logger: environment.logger)
+        var fleet = SimulatedFleet(count: vehicles, idPrefix: "steady-")
+        let started = ContinuousClock.now
+        var produced = 0
+        var index = 0
+        while !Task.isCancelled {
+            let due = Int((ContinuousClock.now - started).seconds * Double(rate))
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            while produced < due {
+                let event = fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / Double(rate), recordedAtMilliseconds: now)
+                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                produced += 1
+                index = (index + 1) % vehicles
+            }
+            count.withLock { $0 = produced }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        await producer.flush(timeout: .seconds(60))
+        await producer.close()
+        return produced - producer.failedDeliveries
+    }
+}
+
+func which(_ tool: String) -> String? {
+    (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":")
+        .map { "\($0)/\(tool)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
