@@ -40,6 +40,15 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Update requests sent to measure the emulator's ceiling.")
     var ceilingRequests = 20_000
 
+    @Option(help: "Stop after this scenario: ceilings, drain or steady (default: all).")
+    var until: Stage = .steady
+
+    enum Stage: String, ExpressibleByArgument, Comparable {
+        case ceilings, drain, steady
+        static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
+        private var order: Int { [.ceilings, .drain, .steady].firstIndex(of: self)! }
+    }
+
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -64,11 +73,15 @@ struct BenchCommand: AsyncParsableCommand {
             print("1. ceilings")
             let consume = try await scenarios.consumeCeiling(topic: backlog.topic, events: backlog.events, report: &report)
             let requests = try await scenarios.emulatorCeiling(requests: ceilingRequests, vehicles: 500, report: &report)
-            print("2. backlog drain")
-            try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
+            if until >= .drain {
+                print("2. backlog drain")
+                try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
+            }
+            if until >= .steady {
             print("3. steady state: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after warm-up")
             try await scenarios.steadyState(vehicles: steadyVehicles, rate: steadyRate, seconds: steadySeconds,
                                             warmupLimit: warmupLimit, consumeCeiling: consume, report: &report)
+            }
         } catch {
             await environment.shutdown()
             throw error

@@ -45,13 +45,22 @@ struct Probes {
         await get("http://127.0.0.1:\(metricsPort)/readyz")?.status == 200
     }
 
-    /// The sum of a metric's samples in the relay's /metrics.
-    func metric(_ name: String, metricsPort: Int) async -> Double {
+    /// The sum of a metric's samples in the relay's /metrics, of those whose labels contain `matching` (`outcome="stale"`).
+    func metric(_ name: String, matching: String = "", metricsPort: Int) async -> Double {
         guard let body = await get("http://127.0.0.1:\(metricsPort)/metrics")?.body else { return 0 }
         return body.split(separator: "\n").reduce(0) { sum, line in
-            guard line.hasPrefix(name + "{") || line.hasPrefix(name + " ") else { return sum }
+            guard line.hasPrefix(name + "{") || line.hasPrefix(name + " "), matching.isEmpty || line.contains(matching) else { return sum }
             return sum + (line.split(separator: " ").last.flatMap { Double($0) } ?? 0)
         }
+    }
+
+    /// Records the relay finished without sending them, each for a counted reason.
+    func finishedUnsent(metricsPort: Int) async -> Double {
+        var total = 0.0
+        for outcome in ["past_cap_exceeded", "stale", "dead_lettered"] {
+            total += await metric("fleet_relay_records_finished_total", matching: "outcome=\"\(outcome)\"", metricsPort: metricsPort)
+        }
+        return total
     }
 
     /// High watermark minus committed offset, summed over the topic's partitions.

@@ -43,6 +43,7 @@ struct Scenarios {
                                                             maximumConnections: 64))
         let base: Int64 = 1_600_000_000_000  // 2020: older than every scenario's fixes
         let minted = tokens
+        let emulatorCPU = environment.emulator.cpuSeconds
         let started = ContinuousClock.now
         let accepted = await withTaskGroup(of: Int.self) { group in
             for worker in 0..<64 {
@@ -64,6 +65,7 @@ struct Scenarios {
         guard accepted == requests else { throw BenchError("the emulator accepted \(accepted) of \(requests) requests") }
         let rate = Double(requests) / elapsed
         report.add("ceiling", "emulator update requests (pre-minted tokens)", rate, "requests/s")
+        report.add("ceiling", "emulator CPU per request", (environment.emulator.cpuSeconds - emulatorCPU) / Double(requests) * 1e6, "µs")
         return rate
     }
 
@@ -80,7 +82,7 @@ struct Scenarios {
     /// Produces `fixesPerVehicle` fixes 5 s apart for each vehicle, all in the past.
     func produceBacklog(topic: String, vehicles: Int, fixesPerVehicle: Int) async throws -> Backlog {
         try environment.createTopic(topic, partitions: partitions)
-        let producer = try KafkaProducer(configuration: environment.kafka, logger: environment.logger)
+        let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: "drain-")
         let base = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle + 2) * 5000
         for step in 0..<fixesPerVehicle {
@@ -113,11 +115,12 @@ struct Scenarios {
         let cpu = relay.cpuSeconds - cpuAtStart
         let peak = relay.peakRSSMegabytes
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
+        let unsent = await probes.finishedUnsent(metricsPort: metricsPort)
         _ = await relay.stop()
         guard delivered, committed else { throw BenchError("the backlog was not drained within 10 minutes") }
         let after = await probes.emulator()
         let requests = delta(after, before, "update_requests")
-        let lost = Double(backlog.events) - delta(after, before, "distinct_fixes_received")
+        let lost = Double(backlog.events) - delta(after, before, "distinct_fixes_received") - unsent
         let eventRate = Double(backlog.events) / elapsed
         let section = "backlog drain"
         report.add(section, "relay start until the group is joined", startup.seconds, "s")
@@ -129,6 +132,7 @@ struct Scenarios {
         report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "tokens minted", minted, "tokens", ratio: minted / Double(backlog.vehicles), of: "vehicles")
+        report.add(section, "events not sent for a counted reason (past the pastLocations cap, stale)", unsent, "events")
         report.add(section, "events lost", lost, "events")
     }
 
@@ -178,9 +182,10 @@ struct Scenarios {
             try await probes.lag(topic: topic, partitions: partitions, group: group) == 0
         }
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
+        let unsent = await probes.finishedUnsent(metricsPort: metricsPort)
         _ = await relay.stop()
         let after = await probes.emulator()
-        let lost = Double(totalProduced) - delta(after, before, "distinct_fixes_received")
+        let lost = Double(totalProduced) - delta(after, before, "distinct_fixes_received") - unsent
         let latency = statistics["latency_ms"]
         let producedRate = produced / elapsed
         report.add(section, "events produced", producedRate, "events/s", ratio: producedRate / consumeCeiling, of: "bare consumer")
@@ -192,6 +197,7 @@ struct Scenarios {
         report.add(section, "relay CPU share", cpu / elapsed, "cores", ratio: cpu / elapsed / 2, of: "the machine's 2 cores")
         report.add(section, "relay RSS at end", rss, "MB")
         report.add(section, "relay peak RSS", peak, "MB")
+        report.add(section, "events not sent for a counted reason", unsent, "events")
         report.add(section, "events lost", lost, "events")
         report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
         report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
@@ -221,7 +227,7 @@ final class SteadyFeeder: @unchecked Sendable {
 
     /// Runs until cancelled; returns the events produced (all flushed).
     func run() async throws -> Int {
-        let producer = try KafkaProducer(configuration: environment.kafka, logger: environment.logger)
+        let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: "steady-")
         let started = ContinuousClock.now
         var produced = 0

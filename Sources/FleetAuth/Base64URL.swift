@@ -1,24 +1,51 @@
-import Foundation
-
-/// Base64url without padding (RFC 7515 §2), as JWTs use it.
+/// Base64url without padding (RFC 7515 §2), as JWTs use it. Works on bytes
+/// directly: every request's token passes through here.
 public enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let values: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (index, character) in alphabet.enumerated() { table[Int(character)] = UInt8(index) }
+        return table
+    }()
+
     public static func encode(_ bytes: some Sequence<UInt8>) -> String {
-        var text = Data(bytes).base64EncodedString()
-        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        while text.hasSuffix("=") { text.removeLast() }
-        return text
+        let input = Array(bytes)
+        var output = [UInt8]()
+        output.reserveCapacity((input.count * 4 + 2) / 3)
+        var index = 0
+        while index + 3 <= input.count {
+            let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+            for shift in [18, 12, 6, 0] { output.append(alphabet[Int(group >> UInt32(shift) & 0x3F)]) }
+            index += 3
+        }
+        let remaining = input.count - index
+        if remaining > 0 {
+            let group = UInt32(input[index]) << 16 | (remaining == 2 ? UInt32(input[index + 1]) << 8 : 0)
+            for shift in [18, 12, 6].prefix(remaining + 1) { output.append(alphabet[Int(group >> UInt32(shift) & 0x3F)]) }
+        }
+        return String(decoding: output, as: UTF8.self)
     }
 
     public static func encode(_ string: String) -> String { encode(Array(string.utf8)) }
 
+    /// nil for characters outside the alphabet or an impossible length.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        guard text.utf8.allSatisfy({ byte in
-            (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
-        }) else { return nil }
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        if standard.count % 4 == 1 { return nil }
-        standard += String(repeating: "=", count: (4 - standard.count % 4) % 4)
-        return Data(base64Encoded: standard).map(Array.init)
+        let input = Array(text.utf8)
+        guard input.count % 4 != 1 else { return nil }
+        var output = [UInt8]()
+        output.reserveCapacity(input.count * 3 / 4)
+        var group: UInt32 = 0
+        var bits = 0
+        for character in input {
+            let value = values[Int(character)]
+            guard value != 0xFF else { return nil }
+            group = group << 6 | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: group >> UInt32(bits)))
+            }
+        }
+        return output
     }
 }

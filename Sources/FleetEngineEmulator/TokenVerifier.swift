@@ -35,16 +35,18 @@ public struct TokenVerifier: Sendable {
             return .unauthenticated("Request is missing a bearer token.")
         }
         let token = String(header.dropFirst(7))
+        if let claims = verifiedSignatures?.claims(of: token) {
+            return verifyClaims(claims) ?? verifyAuthorization(claims, vehicle: vehicle)
+        }
         let parts: JWT.Parts
         do {
             parts = try JWT.decode(token)
         } catch {
             return .unauthenticated("Malformed JWT: \(error.message).")
         }
-        let signatureFailure = verifiedSignatures?.contains(token) == true ? nil : verifySignature(parts)
-        if signatureFailure == nil { verifiedSignatures?.insert(token) }
-        if let failure = signatureFailure ?? verifyClaims(parts.claims) { return failure }
-        return verifyAuthorization(parts.claims, vehicle: vehicle)
+        if let failure = verifySignature(parts) { return failure }
+        verifiedSignatures?.remember(token, claims: parts.claims)
+        return verifyClaims(parts.claims) ?? verifyAuthorization(parts.claims, vehicle: vehicle)
     }
 
     private func verifySignature(_ parts: JWT.Parts) -> Failure? {
@@ -90,17 +92,18 @@ public struct TokenVerifier: Sendable {
     }
 }
 
-/// Tokens whose signature was found valid, bounded: forgotten wholesale when full.
+/// Tokens whose signature was found valid, with their decoded claims; bounded:
+/// forgotten wholesale when full.
 final class VerifiedSignatures: Sendable {
     private static let capacity = 500_000
-    private let tokens = Mutex(Set<String>())
+    private let tokens = Mutex([String: JSONValue]())
 
-    func contains(_ token: String) -> Bool { tokens.withLock { $0.contains(token) } }
+    func claims(of token: String) -> JSONValue? { tokens.withLock { $0[token] } }
 
-    func insert(_ token: String) {
+    func remember(_ token: String, claims: JSONValue) {
         tokens.withLock { tokens in
             if tokens.count >= Self.capacity { tokens.removeAll(keepingCapacity: true) }
-            tokens.insert(token)
+            tokens[token] = claims
         }
     }
 }

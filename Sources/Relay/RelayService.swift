@@ -197,7 +197,9 @@ public final class RelayService: Service, Sendable {
         case .accepted:
             for source in request.sources { tracker.finish(source) }
             statistics.recordFinished(.accepted)
-            statistics.recordFinished(.superseded, count: request.carried.count)
+            let sentAsPast = request.update.pastLocations.count
+            statistics.recordFinished(.superseded, count: sentAsPast)
+            statistics.recordFinished(.pastCapExceeded, count: request.carried.count - sentAsPast)
             statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
                                       coalesced: request.sources.count)
         case .stale:
@@ -300,7 +302,7 @@ public final class RelayService: Service, Sendable {
 
     private func logSummary() {
         let totals = statistics.snapshot
-        logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
+        logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), beyond the past-locations cap \(totals.pastCapExceeded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
     }
 }
 
