@@ -114,6 +114,10 @@ struct Scenarios {
         let elapsed = (ContinuousClock.now - started).seconds
         let cpu = relay.cpuSeconds - cpuAtStart
         let peak = relay.peakRSSMegabytes
+        // Token counters are refreshed every 5 s.
+        _ = await waitUntil(timeout: .seconds(6)) {
+            await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort) >= Double(backlog.vehicles)
+        }
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
         let unsent = await probes.finishedUnsent(metricsPort: metricsPort)
         _ = await relay.stop()

@@ -46,7 +46,8 @@ public struct SimulatedFleet: Sendable {
         event.add("lat", (vehicle.latitude * 1e6).rounded() / 1e6)
         event.add("lng", (vehicle.longitude * 1e6).rounded() / 1e6)
         event.add("recorded_at", RFC3339.format(milliseconds: recordedAtMilliseconds))
-        event.add("heading", (vehicle.heading * 10).rounded() / 10)
+        // Rounding can reach 360, which the contract excludes.
+        event.add("heading", ((vehicle.heading * 10).rounded() / 10).truncatingRemainder(dividingBy: 360))
         event.add("speed_mps", (vehicle.speed * 10).rounded() / 10)
         event.add("accuracy_m", (random.uniform(2, 12) * 10).rounded() / 10)
         event.add("sensor", "GPS")

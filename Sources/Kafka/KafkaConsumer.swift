@@ -25,13 +25,17 @@ public final class KafkaConsumer: Sendable {
     public typealias RebalanceHandler = @Sendable (RebalanceEvent) -> [TopicPartitionOffset]
 
     /// Chunks of records in partition order. Ends when the consumer is closed.
-    /// At most `maximumBufferedChunks` wait unconsumed: beyond that the consumer
-    /// pauses its partitions until the reader catches up, so a slow reader never
-    /// makes it buffer without bound.
+    /// At most `maximumBufferedChunks` wait unconsumed: beyond that the poll thread
+    /// waits for the reader (librdkafka keeps prefetching up to its own bounds); a
+    /// reader stalled for longer than `readerStallBeforePause` gets the partitions
+    /// paused, so polling (and with it group membership) goes on.
     public var records: KafkaRecordChunks { KafkaRecordChunks(stream: stream, context: context) }
 
     public static let maximumChunkSize = 500
-    public static let maximumBufferedChunks = 4
+    public static let maximumBufferedChunks = 2
+    /// Pausing drops librdkafka's prefetched data and refetches on resume: worth it
+    /// only for a reader that stopped, not for one that is briefly behind.
+    static let readerStallBeforePause = Duration.seconds(1)
 
     private let stream: AsyncStream<[KafkaRecord]>
 
@@ -171,8 +175,8 @@ public final class KafkaConsumer: Sendable {
         var appliedPause = false
         while !control.withLock({ $0.stopRequested }) {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            let readerBehind = context.bufferedChunks.load(ordering: .relaxed) >= Self.maximumBufferedChunks
-            let pause = control.withLock { $0.wantsPause } || readerBehind
+            let readerStalled = !waitForReader()
+            let pause = control.withLock { $0.wantsPause } || readerStalled
             if context.assignmentChanged { appliedPause = false; context.assignmentChanged = false }
             if pause != appliedPause {
                 applyPause(pause)
@@ -194,6 +198,17 @@ public final class KafkaConsumer: Sendable {
             return control.stopped
         }
         waiters.forEach { $0.resume() }
+    }
+
+    /// Waits while the reader has `maximumBufferedChunks` to take; false when it
+    /// is still that far behind after `readerStallBeforePause`.
+    private func waitForReader() -> Bool {
+        let deadline = ContinuousClock.now + Self.readerStallBeforePause
+        while context.bufferedChunks.load(ordering: .relaxed) >= Self.maximumBufferedChunks {
+            guard ContinuousClock.now < deadline, !control.withLock({ $0.stopRequested }) else { return false }
+            usleep(500)
+        }
+        return true
     }
 
     private func applyPause(_ pause: Bool) {
