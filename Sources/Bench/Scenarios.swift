@@ -115,7 +115,7 @@ struct Scenarios {
         let cpu = relay.cpuSeconds - cpuAtStart
         let peak = relay.peakRSSMegabytes
         // Token counters are refreshed every 5 s.
-        _ = await waitUntil(timeout: .seconds(6)) {
+        _ = await waitUntil(timeout: .seconds(12)) {
             await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort) >= Double(backlog.vehicles)
         }
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)

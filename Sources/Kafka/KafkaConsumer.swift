@@ -57,6 +57,9 @@ public final class KafkaConsumer: Sendable {
         "enable.auto.offset.store": "false",
         "auto.offset.reset": "earliest",
         "enable.partition.eof": "false",
+        // librdkafka prefetches up to 64 MB by default; the relay bounds its own pending
+        // records, so more than a few MB ahead only costs memory.
+        "queued.max.messages.kbytes": "8192",
     ]
 
     /// - Parameters:
