@@ -61,35 +61,36 @@ struct BenchCommand: AsyncParsableCommand {
         }
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
-        print("fleet-relay bench: logs and scratch files in \(workDirectory)")
+        say("fleet-relay bench: logs and scratch files in \(workDirectory)")
         let environment = try await BenchEnvironment.start(relayBinary: relayBinary, workDirectory: workDirectory, logger: logger)
         let scenarios = Scenarios(environment: environment, partitions: partitions)
         var report = Report()
         let started = ContinuousClock.now
         do {
-            print("backlog: producing \(drainVehicles * drainFixesPerVehicle) events for \(drainVehicles) vehicles on \(partitions) partitions")
+            say("backlog: producing \(drainVehicles * drainFixesPerVehicle) events for \(drainVehicles) vehicles on \(partitions) partitions")
             let backlog = try await scenarios.produceBacklog(topic: "bench-drain", vehicles: drainVehicles,
                                                              fixesPerVehicle: drainFixesPerVehicle)
-            print("1. ceilings")
+            say("1. ceilings")
             let consume = try await scenarios.consumeCeiling(topic: backlog.topic, events: backlog.events, report: &report)
             let requests = try await scenarios.emulatorCeiling(requests: ceilingRequests, vehicles: 500, report: &report)
             if until >= .drain {
-                print("2. backlog drain")
+                say("2. backlog drain")
                 try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
             }
             if until >= .steady {
-            print("3. steady state: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after warm-up")
+            say("3. steady state: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after warm-up")
             try await scenarios.steadyState(vehicles: steadyVehicles, rate: steadyRate, seconds: steadySeconds,
-                                            warmupLimit: warmupLimit, consumeCeiling: consume, report: &report)
+                                            warmupLimit: warmupLimit, consumeCeiling: consume, requestCeiling: requests,
+                                            report: &report)
             }
         } catch {
             await environment.shutdown()
             throw error
         }
         await environment.shutdown()
-        print("\n" + report.table())
+        say("\n" + report.table())
         let wall = (ContinuousClock.now - started).seconds
-        print(String(format: "\nbench took %.0f s; results in %@", wall, output))
+        say(String(format: "\nbench took %.0f s; results in %@", wall, output))
         let json = report.json(environment: [
             "date": ISO8601DateFormatter().string(from: Date()), "cores": String(ProcessInfo.processInfo.activeProcessorCount),
             "partitions": String(partitions), "relay_binary": relayBinary, "wall_seconds": String(Int(wall)),

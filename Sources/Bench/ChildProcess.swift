@@ -8,15 +8,17 @@ import Glibc
 final class ChildProcess: @unchecked Sendable {
     let process = Process()
     let name: String
+    let logPath: String?
     private let log: FileHandle?
 
     /// - Parameter logPath: where its stdout and stderr go (nil: discarded).
     init(name: String, executable: String, arguments: [String], logPath: String? = nil) throws {
         self.name = name
+        self.logPath = logPath
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let logPath {
-            FileManager.default.createFile(atPath: logPath, contents: nil)
+            _ = FileManager.default.createFile(atPath: logPath, contents: nil)
             log = FileHandle(forWritingAtPath: logPath)
         } else {
             log = nil

@@ -19,7 +19,7 @@ struct Report {
     mutating func add(_ scenario: String, _ figure: String, _ value: Double, _ unit: String,
                       ratio: Double? = nil, of ceiling: String? = nil) {
         rows.append(Row(scenario: scenario, figure: figure, value: value, unit: unit, ratio: ratio, ratioOf: ceiling))
-        print("  \(figure): \(Self.format(value)) \(unit)" + (ratio.map { " (\(Self.percent($0)) of \(ceiling ?? "ceiling"))" } ?? ""))
+        say("  \(figure): \(Self.format(value)) \(unit)" + (ratio.map { " (\(Self.percent($0)) of \(ceiling ?? "ceiling"))" } ?? ""))
     }
 
     func table() -> String {
@@ -60,4 +60,9 @@ struct Report {
     }
 
     static func percent(_ ratio: Double) -> String { String(format: "%.0f %%", ratio * 100) }
+}
+
+/// Writes a line to standard output at once (not buffered), so progress shows in a log file as it happens.
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
