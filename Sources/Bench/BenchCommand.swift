@@ -40,6 +40,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Update requests sent to measure the emulator's ceiling.")
     var ceilingRequests = 20_000
 
+    @Option(name: .customLong("relay-arg"), parsing: .unconditionalSingleValue,
+            help: "An extra argument for the relay's run command, e.g. --relay-arg=--max-pending-records=300000 (repeatable).")
+    var relayArguments: [String] = []
+
     @Option(help: "Stop after this scenario: ceilings, drain or steady (default: all).")
     var until: Stage = .steady
 
@@ -62,7 +66,8 @@ struct BenchCommand: AsyncParsableCommand {
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         say("fleet-relay bench: logs and scratch files in \(workDirectory)")
-        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, workDirectory: workDirectory, logger: logger)
+        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, relayArguments: relayArguments,
+                                                          workDirectory: workDirectory, logger: logger)
         let scenarios = Scenarios(environment: environment, partitions: partitions)
         var report = Report()
         let started = ContinuousClock.now

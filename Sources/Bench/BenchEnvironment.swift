@@ -8,6 +8,7 @@ import Logging
 /// (its own process), a key, and how to start the relay as its own process.
 struct BenchEnvironment {
     let relayBinary: String
+    let relayArguments: [String]
     let workDirectory: String
     let cluster: KafkaMockCluster
     let kafka: KafkaConfiguration
@@ -18,7 +19,8 @@ struct BenchEnvironment {
     let probes: Probes
     let logger: Logger
 
-    static func start(relayBinary: String, workDirectory: String, logger: Logger) async throws -> BenchEnvironment {
+    static func start(relayBinary: String, relayArguments: [String], workDirectory: String,
+                      logger: Logger) async throws -> BenchEnvironment {
         let cluster = try KafkaMockCluster(brokers: 1, logger: logger)
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
         let keyFile = workDirectory + "/bench-sa.json"
@@ -37,7 +39,7 @@ struct BenchEnvironment {
         guard await waitUntil(timeout: .seconds(30), { await probes.get(emulatorURL + "/_emulator/statistics") != nil }) else {
             throw BenchError("the emulator did not start (see \(workDirectory)/emulator.log)")
         }
-        return BenchEnvironment(relayBinary: relayBinary, workDirectory: workDirectory, cluster: cluster, kafka: kafka,
+        return BenchEnvironment(relayBinary: relayBinary, relayArguments: relayArguments, workDirectory: workDirectory, cluster: cluster, kafka: kafka,
                                 keyFile: keyFile, key: key, emulator: emulator, emulatorURL: emulatorURL, probes: probes,
                                 logger: logger)
     }
@@ -50,7 +52,7 @@ struct BenchEnvironment {
             "run", "--brokers", cluster.bootstrapServers, "--topic", topic, "--group", group, "--key-file", keyFile,
             "--fleet-engine-url", emulatorURL, "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1",
             "--log-level", "warning",
-        ], logPath: "\(workDirectory)/relay-\(group).log")
+        ] + relayArguments, logPath: "\(workDirectory)/relay-\(group).log")
         guard await waitUntil(timeout: .seconds(60), { await probes.isReady(metricsPort: metricsPort) }) else {
             _ = await relay.stop()
             throw BenchError("the relay did not become ready (see \(workDirectory)/relay-\(group).log)")

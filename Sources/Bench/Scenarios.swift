@@ -187,16 +187,20 @@ struct Scenarios {
         feeding.cancel()
         let totalProduced = try await feeding.value + vehicles
 
-        // Drain what is left, then account for every event.
+        // Drain what is left, then account for every event: what is still uncommitted
+        // in Kafka is not lost (a restart reads it again).
+        let drainStarted = ContinuousClock.now
         _ = try await waitUntil(timeout: .seconds(180), interval: .seconds(1)) {
             try await probes.lag(topic: topic, partitions: partitions, group: group) == 0
         }
+        let drainTime = (ContinuousClock.now - drainStarted).seconds
+        let left = try await probes.lag(topic: topic, partitions: partitions, group: group)
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
         let unsent = await probes.finishedUnsent(metricsPort: metricsPort)
         _ = await relay.stop()
         let after = await probes.emulator()
         let dropped = Double(RetentionLoss.skippedOffsets(inLog: relay.logPath))
-        let lost = Double(totalProduced) - delta(after, before, "distinct_fixes_received") - unsent - dropped
+        let lost = Double(totalProduced) - delta(after, before, "distinct_fixes_received") - unsent - dropped - Double(left)
         let latency = statistics["latency_ms"]
         let producedRate = produced / elapsed
         report.add(section, "events produced", producedRate, "events/s", ratio: producedRate / consumeCeiling, of: "bare consumer")
@@ -212,6 +216,8 @@ struct Scenarios {
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "events not sent for a counted reason", unsent, "events")
         report.add(section, "events deleted by the mock cluster's retention before they were read", dropped, "events")
+        report.add(section, "after the producer stopped: time to drain the lag", drainTime, "s")
+        report.add(section, "events still uncommitted in Kafka then (not lost)", Double(left), "events")
         report.add(section, "events lost", lost, "events")
         report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
         report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
