@@ -32,7 +32,6 @@ public actor TokenCache {
 
     public private(set) var mintCount = 0
     public private(set) var hitCount = 0
-    public private(set) var errorCount = 0
     /// Failed mints by `SignerError.Reason` (`other` for errors of other types).
     public private(set) var errorsByReason: [String: Int] = [:]
 
@@ -124,7 +123,6 @@ public actor TokenCache {
     }
 
     private func countError(_ error: any Error) {
-        errorCount += 1
         errorsByReason[(error as? SignerError)?.reason.rawValue ?? "other", default: 0] += 1
     }
 
