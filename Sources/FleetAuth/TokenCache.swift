@@ -5,7 +5,9 @@
 ///   vehicle costs one signature, not one per event.
 /// - Refresh ahead: a token requested within one more margin of its end is
 ///   replaced in the background while the current one is still handed out, so
-///   active vehicles never wait on a mint.
+///   active vehicles never wait on a mint. Each token's refresh point is drawn at
+///   random within that margin, so tokens minted together (a cold start) are not
+///   all replaced in the same few seconds an hour later.
 /// - Bounded: beyond `capacity` entries the least recently used are evicted.
 public actor TokenCache {
     private enum Entry {
@@ -16,6 +18,8 @@ public actor TokenCache {
     private struct Slot {
         var entry: Entry
         var lastUsed: UInt64
+        /// When a `ready` token is replaced in the background (seconds since the epoch).
+        var refreshAt: Int64 = .max
         /// A background replacement under way for a `ready` token.
         var refresh: Task<VehicleToken, any Error>?
     }
@@ -58,7 +62,7 @@ public actor TokenCache {
         switch slots[key]?.entry {
         case .ready(let token) where clock() < token.expiresAt - refreshMarginSeconds:
             hitCount += 1
-            if clock() >= token.expiresAt - 2 * refreshMarginSeconds { refreshInBackground(key) }
+            if clock() >= slots[key]!.refreshAt { refreshInBackground(key) }
             return token.token
         case .minting(let task):
             hitCount += 1
@@ -91,7 +95,7 @@ public actor TokenCache {
         evictIfFull()
         do {
             let token = try await task.value
-            slots[key]?.entry = .ready(token)
+            setReady(key, token)
             return token
         } catch {
             slots[key] = nil
@@ -117,9 +121,15 @@ public actor TokenCache {
         guard slots[key]?.refresh == task else { return }  // invalidated, evicted or replaced meanwhile
         slots[key]?.refresh = nil
         switch result {
-        case .success(let token): slots[key]?.entry = .ready(token)
+        case .success(let token): setReady(key, token)
         case .failure(let error): countError(error)  // the current token stays in use while valid
         }
+    }
+
+    private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
+        guard slots[key] != nil else { return }
+        slots[key]!.entry = .ready(token)
+        slots[key]!.refreshAt = token.expiresAt - refreshMarginSeconds - Int64.random(in: 0...refreshMarginSeconds)
     }
 
     private func countError(_ error: any Error) {

@@ -125,7 +125,7 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         let (clock, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
-        clock.now.add(3600 - 600, ordering: .relaxed)  // within two margins of the end
+        clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point, still within the margin
         #expect(try await cache.token(for: vehicle) == first, "the current token is handed out without waiting")
         let deadline = ContinuousClock.now + .seconds(30)
         while try await cache.token(for: vehicle) == first, ContinuousClock.now < deadline {
@@ -133,6 +133,16 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         }
         #expect(try await cache.token(for: vehicle) != first)
         #expect(signer.mints.load(ordering: .relaxed) == 2, "one background refresh, however many requests")
+    }
+
+    @Test func tokensMintedTogetherAreRefreshedAtSpreadOutTimes() async throws {
+        let (clock, _, cache) = countingCache()
+        let vehicles = (0..<100).map { VehicleIdentity(kind: .vehicle, id: "v\($0)") }
+        for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
+        clock.now.add(3600 - 450, ordering: .relaxed)  // halfway through the refresh window
+        for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
+        let refreshed = await cache.mintCount - 100
+        #expect(refreshed > 0 && refreshed < 100, "\(refreshed) of 100 refreshed halfway through the window")
     }
 
     @Test func leastRecentlyUsedTokensAreEvictedBeyondCapacity() async throws {
