@@ -4,6 +4,7 @@ import JSON
 import Kafka
 import Logging
 import NIOCore
+import Synchronization
 
 /// Reads state over HTTP and Kafka: the emulator's statistics, the relay's
 /// readiness and metrics, a group's committed offsets.
@@ -11,6 +12,14 @@ struct Probes {
     let emulatorURL: String
     let kafka: KafkaConfiguration
     let logger: Logger
+    /// One Kafka client per group, reused: lag is polled every second or so.
+    private let inspectors = Inspectors()
+
+    init(emulatorURL: String, kafka: KafkaConfiguration, logger: Logger) {
+        self.emulatorURL = emulatorURL
+        self.kafka = kafka
+        self.logger = logger
+    }
 
     func get(_ url: String) async -> (status: Int, body: String)? {
         do {
@@ -65,7 +74,7 @@ struct Probes {
 
     /// High watermark minus committed offset, summed over the topic's partitions.
     func lag(topic: String, partitions: Int, group: String) async throws -> Int64 {
-        let inspector = try KafkaInspector(configuration: kafka, group: group, logger: logger)
+        let inspector = try inspectors.inspector(for: group, kafka: kafka, logger: logger)
         let committed = try await inspector.committedOffsets(topic: topic, partitions: partitions)
         let high = try await inspector.highWatermarks(topic: topic, partitions: partitions)
         return high.reduce(0) { sum, entry in sum + entry.value - ((committed[entry.key] ?? nil) ?? 0) }
@@ -80,4 +89,17 @@ func waitUntil(timeout: Duration, interval: Duration = .milliseconds(100), _ con
         try? await Task.sleep(for: interval)
     }
     return false
+}
+
+private final class Inspectors: Sendable {
+    private let byGroup = Mutex<[String: KafkaInspector]>([:])
+
+    func inspector(for group: String, kafka: KafkaConfiguration, logger: Logger) throws -> KafkaInspector {
+        try byGroup.withLock { byGroup in
+            if let inspector = byGroup[group] { return inspector }
+            let inspector = try KafkaInspector(configuration: kafka, group: group, logger: logger)
+            byGroup[group] = inspector
+            return inspector
+        }
+    }
 }

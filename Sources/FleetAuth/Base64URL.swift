@@ -12,16 +12,22 @@ public enum Base64URL {
         let input = Array(bytes)
         var output = [UInt8]()
         output.reserveCapacity((input.count * 4 + 2) / 3)
+        func character(_ group: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int(group >> shift & 0x3F)] }
         var index = 0
         while index + 3 <= input.count {
             let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
-            for shift in [18, 12, 6, 0] { output.append(alphabet[Int(group >> UInt32(shift) & 0x3F)]) }
+            output.append(character(group, 18))
+            output.append(character(group, 12))
+            output.append(character(group, 6))
+            output.append(character(group, 0))
             index += 3
         }
         let remaining = input.count - index
         if remaining > 0 {
             let group = UInt32(input[index]) << 16 | (remaining == 2 ? UInt32(input[index + 1]) << 8 : 0)
-            for shift in [18, 12, 6].prefix(remaining + 1) { output.append(alphabet[Int(group >> UInt32(shift) & 0x3F)]) }
+            output.append(character(group, 18))
+            output.append(character(group, 12))
+            if remaining == 2 { output.append(character(group, 6)) }
         }
         return String(decoding: output, as: UTF8.self)
     }

@@ -4,7 +4,6 @@ struct DueHeap<Item> {
     private var entries: [(due: ContinuousClock.Instant, item: Item)] = []
 
     var isEmpty: Bool { entries.isEmpty }
-    var count: Int { entries.count }
 
     mutating func insert(_ item: Item, due: ContinuousClock.Instant) {
         entries.append((due, item))
