@@ -65,7 +65,7 @@ public final class FleetEngineClient: Sendable {
         httpRequest.method = HTTPMethod(rawValue: request.method)
         httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
         httpRequest.headers.add(name: "Content-Type", value: "application/json")
-        httpRequest.body = .bytes(ByteBuffer(string: request.body))
+        httpRequest.body = .bytes(ByteBuffer(bytes: request.bodyBytes))
         return await execute(httpRequest)
     }
 

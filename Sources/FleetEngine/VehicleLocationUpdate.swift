@@ -27,18 +27,20 @@ public struct FleetEngineRequest: Sendable {
     public let method: String
     /// Path and query, e.g. `/v1/providers/p/vehicles/v1?updateMask=last_location`.
     public let pathAndQuery: String
-    public let body: String
+    /// The JSON body's UTF-8 bytes.
+    public let bodyBytes: [UInt8]
+    public var body: String { String(decoding: bodyBytes, as: UTF8.self) }
 
     public init(update: VehicleLocationUpdate, provider: String, mode: LocationMode) {
         let mask = update.pastLocations.isEmpty ? "last_location" : "last_location,past_locations"
         self.method = update.vehicle.kind == .vehicle ? "PUT" : "PATCH"
         self.pathAndQuery = Self.vehiclePath(provider: provider, vehicle: update.vehicle) + "?updateMask=" + mask
-        var body = JSONObjectWriter()
-        body.add("lastLocation", Self.location(update.lastLocation, mode: mode))
+        var body = JSONObjectWriter(reservingCapacity: 200 * (1 + update.pastLocations.count))
+        body.addObject("lastLocation") { Self.write(update.lastLocation, mode: mode, into: &$0) }
         if !update.pastLocations.isEmpty {
-            body.add("pastLocations", update.pastLocations.map { Self.location($0, mode: mode) })
+            body.addObjects("pastLocations", update.pastLocations) { Self.write($1, mode: mode, into: &$0) }
         }
-        self.body = body.json
+        self.bodyBytes = body.bytes
     }
 
     /// `/v1/providers/{provider}/vehicles/{id}` or `…/deliveryVehicles/{id}`, each segment percent-encoded.
@@ -47,20 +49,21 @@ public struct FleetEngineRequest: Sendable {
         return "/v1/providers/\(percentEncodedSegment(provider))/\(collection)/\(percentEncodedSegment(vehicle.id))"
     }
 
-    static func location(_ fix: LocationFix, mode: LocationMode) -> JSONObjectWriter {
-        var latLng = JSONObjectWriter()
-        latLng.add("latitude", fix.latitude)
-        latLng.add("longitude", fix.longitude)
-        var location = JSONObjectWriter()
+    /// Writes one `VehicleLocation` object.
+    static func write(_ fix: LocationFix, mode: LocationMode, into location: inout JSONObjectWriter) {
         let time = RFC3339.format(milliseconds: fix.recordedAtMilliseconds)
+        let latLng = { (writer: inout JSONObjectWriter) in
+            writer.add("latitude", fix.latitude)
+            writer.add("longitude", fix.longitude)
+        }
         switch mode {
         case .supplemental:
-            location.add("supplementalLocation", latLng)
+            location.addObject("supplementalLocation", latLng)
             location.add("supplementalLocationTime", time)
             location.add("supplementalLocationSensor", (fix.sensor ?? .customerSupplied).fleetEngineName)
             if let accuracy = fix.accuracyMeters { location.add("supplementalLocationAccuracy", accuracy) }
         case .device:
-            location.add("location", latLng)
+            location.addObject("location", latLng)
             location.add("updateTime", time)
             if let sensor = fix.sensor { location.add("locationSensor", sensor.fleetEngineName) }
             if let accuracy = fix.accuracyMeters { location.add("latlngAccuracy", accuracy) }
@@ -68,7 +71,6 @@ public struct FleetEngineRequest: Sendable {
         if let heading = fix.heading { location.add("heading", heading) }
         if let speed = fix.speedMetersPerSecond { location.add("speed", speed) }
         if let altitude = fix.altitudeMeters { location.add("altitude", altitude) }
-        return location
     }
 
     /// RFC 3986 path-segment encoding: everything but unreserved characters is escaped.

@@ -55,4 +55,20 @@ import Testing
         #expect(parsed["list"]?.arrayValue?.count == 2)
         #expect(parsed.serialized() == (try JSONParser.parse(parsed.serialized())).serialized())
     }
+
+    @Test func objectsWrittenInPlaceNestAndSeparateCorrectly() throws {
+        var writer = JSONObjectWriter(reservingCapacity: 64)
+        writer.add("first", 1)
+        writer.addObject("empty") { _ in }
+        writer.addObject("point") { point in
+            point.add("lat", 1.5)
+            point.addObject("meta") { $0.add("tag", "a\"b") }
+        }
+        writer.addObjects("items", [3, 4, 5]) { item, value in item.add("v", value) }
+        writer.addObjects("none", [Int]()) { _, _ in }
+        writer.add("last", true)
+        #expect(writer.json == #"{"first":1,"empty":{},"point":{"lat":1.5,"meta":{"tag":"a\"b"}},"#
+            + #""items":[{"v":3},{"v":4},{"v":5}],"none":[],"last":true}"#)
+        #expect(try JSONParser.parse(writer.json)["items"]?.arrayValue?.count == 3)
+    }
 }
