@@ -32,6 +32,9 @@ public final class FleetEngineEmulator: EmulatedService {
         public var updateRequests = 0
         public var updateResponsesByStatus: [Int: Int] = [:]
         public var locationsReceived = 0
+        /// When the first and the latest update request arrived: rate-limit checks measure here.
+        public var firstUpdateAt: ContinuousClock.Instant?
+        public var lastUpdateAt: ContinuousClock.Instant?
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -167,6 +170,9 @@ public final class FleetEngineEmulator: EmulatedService {
             state.statistics.requests += 1
             state.statistics.responsesByStatus[response.status, default: 0] += 1
             if request.method != "GET" {
+                let now = ContinuousClock.now
+                if state.statistics.firstUpdateAt == nil { state.statistics.firstUpdateAt = now }
+                state.statistics.lastUpdateAt = now
                 state.statistics.updateRequests += 1
                 state.statistics.updateResponsesByStatus[response.status, default: 0] += 1
             }

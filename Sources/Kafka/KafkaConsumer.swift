@@ -263,46 +263,8 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
         super.init(logger: logger)
     }
 
-    /// Takes the message by pointer: librdkafka finds its timestamp and headers in
-    /// the internal structure around it, so a copy would not do.
     func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaRecord? {
-        let message = pointer.pointee
-        guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if message.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                logger.warning("Kafka consume error: \(RDKafkaConfig.errorName(message.err))")
-            }
-            return nil
-        }
-        let topic = topicName(message.rkt)
-        let key: [UInt8]? = message.key.map {
-            Array(UnsafeRawBufferPointer(start: $0, count: message.key_len))
-        }
-        let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
-        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
-        let timestamp = rd_kafka_message_timestamp(pointer, &timestampType)
-        let partition = TopicPartition(topic: topic, partition: message.partition)
-        return KafkaRecord(
-            topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
-            timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
-            assignmentGeneration: generations[partition] ?? 0,
-            headers: Self.headers(of: pointer)
-        )
-    }
-
-    private static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [KafkaHeader] {
-        var headers: OpaquePointer?
-        guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
-        var result: [KafkaHeader] = []
-        var index = 0
-        var name: UnsafePointer<CChar>?
-        var value: UnsafeRawPointer?
-        var size = 0
-        while rd_kafka_header_get_all(headers, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
-            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            result.append(KafkaHeader(name: name.map { String(cString: $0) } ?? "", value: bytes))
-            index += 1
-        }
-        return result
+        RDKafkaMessage.record(from: pointer, logger: logger, topicName: topicName) { generations[$0] ?? 0 }
     }
 
     private func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset]) {

@@ -45,9 +45,12 @@ public final class KafkaProducer: Sendable {
 
     /// Produces one record and waits for the broker's acknowledgement. Cancelling
     /// the task stops the wait (the record may still be delivered).
-    public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws {
+    /// - Parameter timestampMilliseconds: the record's CreateTime; nil: now.
+    public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
+                     timestampMilliseconds: Int64? = nil) async throws {
         let delivery = PendingDelivery()
-        try produce(topic: topic, key: key, value: value, headers: headers, delivery: delivery)
+        try produce(topic: topic, key: key, value: value, headers: headers,
+                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
         let result = await withTaskCancellationHandler {
             await delivery.wait()
         } onCancel: {
@@ -59,11 +62,13 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Queues one record without waiting for it; delivery failures are counted in `failedDeliveries`.
-    public func enqueue(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) throws(KafkaError) {
+    public func enqueue(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
+                        timestampMilliseconds: Int64? = nil) throws(KafkaError) {
         let delivery = PendingDelivery { [context] result in
             if result != RD_KAFKA_RESP_ERR_NO_ERROR { context.failedDeliveries.add(1, ordering: .relaxed) }
         }
-        try produce(topic: topic, key: key, value: value, headers: headers, delivery: delivery)
+        try produce(topic: topic, key: key, value: value, headers: headers,
+                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
     }
 
     public var failedDeliveries: Int { context.failedDeliveries.load(ordering: .relaxed) }
@@ -93,12 +98,13 @@ public final class KafkaProducer: Sendable {
     }
 
     private func produce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
-                         delivery: PendingDelivery) throws(KafkaError) {
+                         timestampMilliseconds: Int64?, delivery: PendingDelivery) throws(KafkaError) {
         let opaque = Unmanaged.passRetained(delivery).toOpaque()
         var attempts = 0
         while true {
             let error = RDKafkaProduce.produce(handle.pointer, topic: topic, key: key, value: value,
-                                               headers: headers, opaque: opaque)
+                                               headers: headers, timestampMilliseconds: timestampMilliseconds,
+                                               opaque: opaque)
             if error == RD_KAFKA_RESP_ERR_NO_ERROR { return }
             // A full local queue drains as the poll thread serves deliveries: wait briefly.
             if error == RD_KAFKA_RESP_ERR__QUEUE_FULL, attempts < 60_000 {

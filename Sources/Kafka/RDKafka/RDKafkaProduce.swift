@@ -4,7 +4,8 @@ import CRdKafka
 /// `rd_kafka_produceva`, the non-variadic form of `rd_kafka_producev` that Swift can call.
 enum RDKafkaProduce {
     static func produce(_ handle: OpaquePointer, topic: String, key: [UInt8]?, value: [UInt8],
-                        headers: [KafkaHeader], opaque: UnsafeMutableRawPointer) -> rd_kafka_resp_err_t {
+                        headers: [KafkaHeader], timestampMilliseconds: Int64? = nil,
+                        opaque: UnsafeMutableRawPointer) -> rd_kafka_resp_err_t {
         topic.withCString { topicName in
             value.withUnsafeBytes { valueBytes in
                 withOptionalBytes(key) { keyBytes in
@@ -24,6 +25,12 @@ enum RDKafkaProduce {
                             vu.vtype = RD_KAFKA_VTYPE_KEY
                             vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: keyBytes.baseAddress)
                             vu.u.mem.size = keyBytes.count
+                            values.append(vu)
+                        }
+                        if let timestampMilliseconds {
+                            vu = rd_kafka_vu_t()
+                            vu.vtype = RD_KAFKA_VTYPE_TIMESTAMP
+                            vu.u.i64 = timestampMilliseconds
                             values.append(vu)
                         }
                         vu = rd_kafka_vu_t()

@@ -25,4 +25,40 @@ enum RDKafkaQueries {
         }
         return (low, high)
     }
+
+    /// The earliest offset per partition whose timestamp is at or after `timestampMilliseconds`;
+    /// -1 (end) where no record is that new.
+    static func offsetsForTimes(_ handle: OpaquePointer, _ partitions: [TopicPartition], timestampMilliseconds: Int64,
+                                timeout: Duration) throws(KafkaError) -> [TopicPartitionOffset] {
+        let list = RDKafkaTopicPartitionList.make(partitions.map { TopicPartitionOffset($0, offset: timestampMilliseconds) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_offsets_for_times(handle, list, milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "cannot look up offsets for times: \(RDKafkaConfig.errorName(result))")
+        }
+        if let error = RDKafkaTopicPartitionList.firstError(list) {
+            throw KafkaError(.query, "cannot look up offsets for times: \(error)")
+        }
+        return RDKafkaTopicPartitionList.entries(list)
+    }
+
+    /// The topic's partition ids, from the cluster's metadata.
+    static func partitionIDs(_ handle: OpaquePointer, topic: String, timeout: Duration) throws(KafkaError) -> [Int32] {
+        guard let topicHandle = rd_kafka_topic_new(handle, topic, nil) else {
+            throw KafkaError(.query, "cannot open topic \(topic)")
+        }
+        defer { rd_kafka_topic_destroy(topicHandle) }
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let result = rd_kafka_metadata(handle, 0, topicHandle, &metadata, milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+            throw KafkaError(.query, "cannot read metadata of \(topic): \(RDKafkaConfig.errorName(result))")
+        }
+        defer { rd_kafka_metadata_destroy(metadata) }
+        guard metadata.pointee.topic_cnt == 1 else { throw KafkaError(.query, "no metadata for topic \(topic)") }
+        let entry = metadata.pointee.topics[0]
+        guard entry.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "topic \(topic): \(RDKafkaConfig.errorName(entry.err))")
+        }
+        return (0..<Int(entry.partition_cnt)).map { entry.partitions[$0].id }.sorted()
+    }
 }

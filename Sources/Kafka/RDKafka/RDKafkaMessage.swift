@@ -1,0 +1,50 @@
+import CRdKafka
+import Logging
+
+/// Copies a consumed `rd_kafka_message_t` into a `KafkaRecord`.
+enum RDKafkaMessage {
+    /// Takes the message by pointer: librdkafka finds its timestamp and headers in
+    /// the internal structure around it, so a copy would not do. Nil for error events
+    /// (partition EOF is expected and not logged).
+    static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>, logger: Logger,
+                       topicName: (OpaquePointer?) -> String,
+                       generation: (TopicPartition) -> UInt64) -> KafkaRecord? {
+        let message = pointer.pointee
+        guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            if message.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                logger.warning("Kafka consume error: \(RDKafkaConfig.errorName(message.err))")
+            }
+            return nil
+        }
+        let topic = topicName(message.rkt)
+        let key: [UInt8]? = message.key.map {
+            Array(UnsafeRawBufferPointer(start: $0, count: message.key_len))
+        }
+        let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(pointer, &timestampType)
+        let partition = TopicPartition(topic: topic, partition: message.partition)
+        return KafkaRecord(
+            topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
+            timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
+            assignmentGeneration: generation(partition),
+            headers: headers(of: pointer)
+        )
+    }
+
+    private static func headers(of message: UnsafeMutablePointer<rd_kafka_message_t>) -> [KafkaHeader] {
+        var headers: OpaquePointer?
+        guard rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR, let headers else { return [] }
+        var result: [KafkaHeader] = []
+        var index = 0
+        var name: UnsafePointer<CChar>?
+        var value: UnsafeRawPointer?
+        var size = 0
+        while rd_kafka_header_get_all(headers, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            result.append(KafkaHeader(name: name.map { String(cString: $0) } ?? "", value: bytes))
+            index += 1
+        }
+        return result
+    }
+}
