@@ -72,6 +72,15 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // `fleet-relay replay`: a time window of the topic into Fleet Engine, beside the live relay.
+        .target(
+            name: "Replay",
+            dependencies: [
+                "Relay", "Kafka", "FleetAuth", "FleetEngine",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         .target(
             name: "OpsServer",
             dependencies: [
@@ -87,8 +96,8 @@ let package = Package(
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
-                "OpsServer", "JSON",
+                "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
+                "FleetSimulator", "OpsServer", "JSON",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -120,8 +129,8 @@ let package = Package(
         .testTarget(
             name: "RelayTests",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator", "JSON",
-                "OpsServer",
+                "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                "JSON", "OpsServer",
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             resources: [.copy("Fixtures")]

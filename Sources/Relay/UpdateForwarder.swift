@@ -41,9 +41,13 @@ public struct UpdateForwarder: Sendable {
     let health: RelayHealth
     let logLimiter: LogLimiter
     let logger: Logger
+    let observeResponse: @Sendable (FleetEngineOutcome) -> Void
 
+    /// - Parameter observeResponse: sees every update response's outcome (a replay slows down on 429s).
     public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
-                statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger) {
+                statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger,
+                observeResponse: @escaping @Sendable (FleetEngineOutcome) -> Void = { _ in }) {
+        self.observeResponse = observeResponse
         self.health = health
         self.logLimiter = logLimiter
         self.client = client
@@ -116,6 +120,7 @@ public struct UpdateForwarder: Sendable {
             let response = await client.send(update, token: token)
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
             health.record(response.outcome)
+            observeResponse(response.outcome)
             switch response.outcome {
             case .accepted:
                 delivery.outcome = .accepted

@@ -205,6 +205,10 @@ struct GeneratedEvents {
 
     let events: [Event]
 
+    init(events: [Event]) {
+        self.events = events
+    }
+
     init(vehicles: Int, fixesPerVehicle: Int, prefix: String = "veh-") {
         let start = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - 60_000
         var events: [Event] = []

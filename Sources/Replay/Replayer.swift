@@ -1,0 +1,373 @@
+import FleetAuth
+import FleetEngine
+import Foundation
+import Kafka
+import Logging
+import Metrics
+import Relay
+import Synchronization
+
+/// What to replay and how.
+public struct ReplayConfiguration: Sendable {
+    public var topic: String
+    /// nil: every partition of the topic.
+    public var partitions: [Int32]?
+    public var fromMilliseconds: Int64
+    /// Exclusive end; nil: the high watermarks at start (`--to-end`).
+    public var toMilliseconds: Int64?
+    /// Update requests per second; nil: unlimited.
+    public var rate: Double?
+    public var maximumInFlight: Int
+    public var dryRun: Bool
+    public var checkpointPath: String?
+    /// Send without comparing with Fleet Engine's live location.
+    public var force: Bool
+    /// nil: bad records are only counted.
+    public var deadLetterTopic: String?
+    public var defaultKind: VehicleKind
+    public var pastLimit: Int
+    public var retryPolicy: RetryPolicy
+    /// How long one vehicle's update may keep failing transiently before it counts as failed.
+    public var retryDeadline: Duration
+
+    public init(topic: String, partitions: [Int32]? = nil, fromMilliseconds: Int64, toMilliseconds: Int64?,
+                rate: Double? = nil, maximumInFlight: Int = 16, dryRun: Bool = false, checkpointPath: String? = nil,
+                force: Bool = false, deadLetterTopic: String? = nil, defaultKind: VehicleKind = .vehicle,
+                pastLimit: Int = 100, retryPolicy: RetryPolicy = RetryPolicy(), retryDeadline: Duration = .seconds(120)) {
+        self.topic = topic
+        self.partitions = partitions
+        self.fromMilliseconds = fromMilliseconds
+        self.toMilliseconds = toMilliseconds
+        self.rate = rate
+        self.maximumInFlight = maximumInFlight
+        self.dryRun = dryRun
+        self.checkpointPath = checkpointPath
+        self.force = force
+        self.deadLetterTopic = deadLetterTopic
+        self.defaultKind = defaultKind
+        self.pastLimit = pastLimit
+        self.retryPolicy = retryPolicy
+        self.retryDeadline = retryDeadline
+    }
+}
+
+/// Fleet Engine access for a replay that sends (none for a dry run).
+public struct ReplaySender: Sendable {
+    public let client: FleetEngineClient
+    public let tokens: TokenCache
+
+    public init(client: FleetEngineClient, tokens: TokenCache) {
+        self.client = client
+        self.tokens = tokens
+    }
+}
+
+public struct ReplayError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Replays a time window of the location topic into Fleet Engine, in two phases:
+/// reading (explicit partition assignment, no group, no commits; each vehicle's
+/// fixes coalesced across the whole window) and sending (one request per vehicle,
+/// rate-limited, skipping vehicles whose live location is already newer).
+/// Cancelling the task interrupts it: in-flight requests finish or are abandoned,
+/// the checkpoint is saved, and the summary says what is left.
+public final class Replayer: Sendable {
+    public let configuration: ReplayConfiguration
+    private let kafka: KafkaConfiguration
+    private let sender: ReplaySender?
+    private let progress: ReplayProgress
+    private let statistics = RelayStatistics()
+    public let health = RelayHealth()
+    private let logger: Logger
+
+    public init(configuration: ReplayConfiguration, kafka: KafkaConfiguration, sender: ReplaySender?,
+                progress: ReplayProgress, logger: Logger) {
+        self.configuration = configuration
+        self.kafka = kafka
+        self.sender = sender
+        self.progress = progress
+        self.logger = logger
+    }
+
+    /// The plan a dry run prints, and what the reading phase produced.
+    public struct Plan: Sendable {
+        public var windows: [PartitionWindow]
+        public var updates: [VehicleLocationUpdate]
+        public var fixesPerVehicle: [Int]
+        public var oldestMilliseconds: Int64?
+        public var newestMilliseconds: Int64?
+    }
+
+    public func run() async throws -> (summary: ReplaySummary, plan: Plan) {
+        let started = ContinuousClock.now
+        var summary = ReplaySummary()
+        summary.dryRun = configuration.dryRun
+        defer { progress.end() }
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        var checkpoint = try await startingCheckpoint(reader)
+        let windows = checkpoint.partitions
+        summary.recordsInWindow = Int(windows.reduce(0) { $0 + $1.records })
+        Gauge(label: "fleet_relay_replay_records_in_window").record(summary.recordsInWindow)
+        for window in windows where window.method == .search {
+            logger.info("Partition \(window.partition): the broker's offsets-for-times answer contradicted the partition's records; found offsets \(window.start)..<\(window.end) by binary search")
+        }
+
+        let read = try await readWindow(windows, reader: reader, summary: &summary)
+        let settled = Set(checkpoint.settledVehicles)
+        let allUpdates = read.updates()
+        let updates = allUpdates.filter { !settled.contains(Self.key($0.vehicle)) }
+        summary.vehicles = allUpdates.count
+        summary.alreadySettled = allUpdates.count - updates.count
+        let plan = Plan(windows: windows, updates: updates, fixesPerVehicle: read.fixesPerVehicle,
+                        oldestMilliseconds: read.oldestMilliseconds, newestMilliseconds: read.newestMilliseconds)
+        Gauge(label: "fleet_relay_replay_requests_planned").record(updates.count)
+        guard !configuration.dryRun, !Task.isCancelled, let sender else {
+            summary.interrupted = Task.isCancelled
+            summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
+            return (summary, plan)
+        }
+        let outcomes = await send(updates, sender: sender, checkpoint: &checkpoint)
+        summary.accepted = outcomes.accepted
+        summary.skippedNewerLive = outcomes.skippedNewerLive
+        summary.failed = outcomes.failures.values.reduce(0, +)
+        summary.failuresByReason = outcomes.failures
+        let requests = statistics.snapshot
+        summary.requestsSent = requests.requestsAccepted + requests.requestsFailed
+        summary.interrupted = Task.isCancelled
+        checkpoint.complete = !summary.interrupted && summary.failed == 0
+        try saveCheckpoint(checkpoint)
+        summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
+        return (summary, plan)
+    }
+
+    // MARK: Window
+
+    private func startingCheckpoint(_ reader: KafkaPartitionReader) async throws -> ReplayCheckpoint {
+        if let path = configuration.checkpointPath, let saved = try ReplayCheckpoint.load(from: path) {
+            guard saved.topic == configuration.topic else {
+                throw ReplayError("checkpoint \(path) belongs to a replay of topic \(saved.topic), not \(configuration.topic)")
+            }
+            logger.info("Resuming from checkpoint \(path): \(saved.settledVehicles.count) vehicles already settled; the window resolved then is kept")
+            return saved
+        }
+        let available = try await reader.partitionIDs(topic: configuration.topic)
+        let chosen = configuration.partitions ?? available
+        if let missing = chosen.first(where: { !available.contains($0) }) {
+            throw ReplayError("partition \(missing) does not exist in topic \(configuration.topic) (it has \(available.count))")
+        }
+        let windows = try await WindowResolver(index: reader).resolve(
+            topic: configuration.topic, partitions: chosen,
+            fromMilliseconds: configuration.fromMilliseconds, toMilliseconds: configuration.toMilliseconds)
+        let checkpoint = ReplayCheckpoint(topic: configuration.topic, fromMilliseconds: configuration.fromMilliseconds,
+                                          toMilliseconds: configuration.toMilliseconds, partitions: windows)
+        if !configuration.dryRun { try saveCheckpoint(checkpoint) }
+        return checkpoint
+    }
+
+    private func saveCheckpoint(_ checkpoint: ReplayCheckpoint) throws {
+        guard let path = configuration.checkpointPath else { return }
+        try checkpoint.save(to: path)
+    }
+
+    // MARK: Reading
+
+    private func readWindow(_ windows: [PartitionWindow], reader: KafkaPartitionReader,
+                            summary: inout ReplaySummary) async throws -> WindowCoalescer {
+        var coalescer = WindowCoalescer(pastLimit: configuration.pastLimit)
+        var remaining = Dictionary(uniqueKeysWithValues: windows.filter { $0.records > 0 }.map { ($0.partition, $0.end) })
+        progress.begin("reading", total: summary.recordsInWindow, unit: "records")
+        guard !remaining.isEmpty else { return coalescer }
+        let deadLetters = try deadLetterWriter()
+        let written = Atomic<Int>(0)
+        async let lettersWritten: Void = deadLetters?.run() ?? ()
+        try await reader.assign(windows.filter { $0.records > 0 }.map {
+            TopicPartitionOffset(TopicPartition(topic: configuration.topic, partition: $0.partition), offset: $0.start)
+        })
+        let decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
+        var lastProgress = ContinuousClock.now
+        while !remaining.isEmpty, !Task.isCancelled {
+            let (records, reachedEnd) = try await reader.poll(maximum: 2000)
+            if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
+            for record in records {
+                guard let end = remaining[record.partition], record.offset < end else { continue }
+                if record.offset >= end - 1 { remaining[record.partition] = nil }
+                summary.recordsRead += 1
+                progress.advance()
+                guard inWindow(record.timestampMilliseconds) else {
+                    summary.outsideWindow += 1
+                    continue
+                }
+                switch decoder.decode(key: record.key, value: record.value) {
+                case .success(let update):
+                    coalescer.add(update.fix, for: update.vehicle)
+                case .failure(let rejection):
+                    summary.bad += 1
+                    Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
+                    deadLetters?.submit(RecordSource(record), reason: rejection.reason.rawValue, detail: rejection.detail) {
+                        written.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+            Counter(label: "fleet_relay_replay_records_read_total").increment(by: records.count)
+            for partition in reachedEnd { remaining[partition.partition] = nil }
+            if ContinuousClock.now - lastProgress > .seconds(60) {
+                throw ReplayError("no records from partitions \(remaining.keys.sorted()) for 60 s; are they still there?")
+            }
+        }
+        deadLetters?.finishIntake()
+        await lettersWritten
+        summary.deadLettered = written.load(ordering: .relaxed)
+        progress.end()
+        return coalescer
+    }
+
+    private func inWindow(_ timestamp: Int64?) -> Bool {
+        guard let timestamp else { return true }
+        return timestamp >= configuration.fromMilliseconds && timestamp < (configuration.toMilliseconds ?? .max)
+    }
+
+    private func deadLetterWriter() throws -> DeadLetterWriter? {
+        guard let topic = configuration.deadLetterTopic, !configuration.dryRun else { return nil }
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
+                                logLimiter: LogLimiter(), logger: logger)
+    }
+
+    // MARK: Sending
+
+    private func send(_ updates: [VehicleLocationUpdate], sender: ReplaySender,
+                      checkpoint: inout ReplayCheckpoint) async -> SendLedger.Outcomes {
+        progress.begin("sending", total: updates.count, unit: "vehicles")
+        defer { progress.end() }
+        if configuration.force {
+            logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
+        }
+        let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
+        let forwarder = UpdateForwarder(
+            client: sender.client, tokens: sender.tokens, retryPolicy: configuration.retryPolicy,
+            retryDeadline: configuration.retryDeadline, statistics: statistics, health: health,
+            logLimiter: LogLimiter(), logger: logger,
+            observeResponse: { outcome in
+                if case .transient(cause: "http_429", _) = outcome, let limiter { Task { await limiter.throttled() } }
+            })
+        let ledger = SendLedger(checkpoint: checkpoint, progress: progress, logger: logger) { [self] in
+            try saveCheckpoint($0)
+        }
+        await withDiscardingTaskGroup { group in
+            for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
+                group.addTask {
+                    while !Task.isCancelled {
+                        let index = ledger.takeIndex()
+                        guard index < updates.count else { return }
+                        if let limiter {
+                            guard (try? await limiter.acquire()) != nil else { return }
+                        }
+                        let outcome = await self.deliver(updates[index], forwarder: forwarder)
+                        ledger.settle(updates[index].vehicle, outcome)
+                    }
+                }
+            }
+        }
+        let (outcomes, final) = ledger.result
+        checkpoint = final
+        return outcomes
+    }
+
+    private func deliver(_ update: VehicleLocationUpdate, forwarder: UpdateForwarder) async -> SendLedger.VehicleOutcome {
+        let started = ContinuousClock.now
+        var attempt = 0
+        while !Task.isCancelled {
+            let delivery = await forwarder.deliver(update, checkLiveLocation: !configuration.force, awaitingTokenSince: started)
+            switch delivery.outcome {
+            case .accepted: return .accepted
+            case .stale: return .skippedNewerLive
+            case .rejected(let reason, let detail):
+                logger.warning("Replay of \(update.vehicle) failed: \(reason): \(detail)")
+                return .failed(reason)
+            case .abandoned: return .interrupted
+            case .awaitingToken:
+                guard ContinuousClock.now - started < configuration.retryDeadline else { return .failed("signer") }
+                try? await Task.sleep(for: configuration.retryPolicy.delay(attempt: attempt))
+                attempt += 1
+            }
+        }
+        return .interrupted
+    }
+
+    static func key(_ vehicle: VehicleIdentity) -> String { "\(vehicle.kind.rawValue)/\(vehicle.id)" }
+}
+
+/// Tallies the sending phase's outcomes and records settled vehicles in the
+/// checkpoint, saving it at most once a second (and once more at the end).
+final class SendLedger: Sendable {
+    struct Outcomes {
+        var accepted = 0
+        var skippedNewerLive = 0
+        var failures: [String: Int] = [:]
+    }
+
+    enum VehicleOutcome {
+        case accepted
+        case skippedNewerLive
+        case failed(String)
+        case interrupted
+    }
+
+    private struct State {
+        var outcomes = Outcomes()
+        var checkpoint: ReplayCheckpoint
+        var savedAt = ContinuousClock.now
+    }
+
+    private let state: Mutex<State>
+    private let nextIndex = Atomic<Int>(0)
+    private let progress: ReplayProgress
+    private let logger: Logger
+    private let save: @Sendable (ReplayCheckpoint) throws -> Void
+
+    init(checkpoint: ReplayCheckpoint, progress: ReplayProgress, logger: Logger,
+         save: @escaping @Sendable (ReplayCheckpoint) throws -> Void) {
+        state = Mutex(State(checkpoint: checkpoint))
+        self.progress = progress
+        self.logger = logger
+        self.save = save
+    }
+
+    /// The index of the next update for a worker to send.
+    func takeIndex() -> Int { nextIndex.add(1, ordering: .relaxed).oldValue }
+
+    var result: (Outcomes, ReplayCheckpoint) { state.withLock { ($0.outcomes, $0.checkpoint) } }
+
+    func settle(_ vehicle: VehicleIdentity, _ outcome: VehicleOutcome) {
+        let label: String
+        switch outcome {
+        case .interrupted: return  // not settled: a resumed replay sends it
+        case .accepted: label = "accepted"
+        case .skippedNewerLive: label = "skipped_newer_live"
+        case .failed: label = "failed"
+        }
+        Counter(label: "fleet_relay_replay_vehicles_total", dimensions: [("outcome", label)]).increment()
+        progress.advance()
+        state.withLock { state in
+            switch outcome {
+            case .accepted: state.outcomes.accepted += 1
+            case .skippedNewerLive: state.outcomes.skippedNewerLive += 1
+            case .failed(let reason):
+                // Failed vehicles stay unsettled, so a resumed replay tries them again.
+                state.outcomes.failures[reason, default: 0] += 1
+                return
+            case .interrupted: return
+            }
+            state.checkpoint.settledVehicles.append(Replayer.key(vehicle))
+            guard ContinuousClock.now - state.savedAt >= .seconds(1) else { return }
+            state.savedAt = .now
+            do {
+                try save(state.checkpoint)
+            } catch {
+                logger.error("Checkpoint not saved: \(error)")
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+import ArgumentParser
+import Dispatch
+import FleetAuth
+import FleetEngine
+import Foundation
+import Kafka
+import Logging
+import OpsServer
+import Prometheus
+import Relay
+import Replay
+import Synchronization
+
+enum ProgressStyleArgument: String, ExpressibleByArgument, CaseIterable {
+    case auto, bar, log
+}
+
+/// `fleet-relay replay`: a bounded backfill next to the live relay.
+struct ReplayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Replay a time window of the location topic into Fleet Engine (backfill after an outage).",
+        discussion: """
+            Reads the window by explicit partition assignment (no consumer group, no commits), coalesces each \
+            vehicle's fixes across the whole window into one request, and skips vehicles whose live location in \
+            Fleet Engine is already newer. Stops by itself at the window's end and prints a summary. \
+            Exit status: 0 all settled, 1 some vehicles failed, 128+signal when interrupted.
+            """)
+
+    @OptionGroup var kafka: KafkaOptions
+
+    @Option(help: "Topic of vehicle location events.")
+    var topic: String
+
+    // Unconditional: relative times start with a dash and must not be taken for flags.
+    @Option(parsing: .unconditional, help: "Start of the window: RFC 3339 (2026-11-22T21:00:00Z) or relative to now (-2h, -90m, -30s, -1d).")
+    var from: String
+
+    @Option(parsing: .unconditional, help: "End of the window (exclusive), in the same forms as --from.")
+    var to: String?
+
+    @Flag(help: "Replay up to each partition's end as it is when the replay starts.")
+    var toEnd = false
+
+    @Option(help: "Only these partitions, comma-separated (e.g. 0,3,5). Default: all.")
+    var partitions: String?
+
+    @Option(help: "Update requests per second at most (token bucket; 429s slow it further). 0: unlimited.")
+    var rate: Double = 50
+
+    @Flag(help: "Read the window and print what would be sent, without calling Fleet Engine.")
+    var dryRun = false
+
+    @Option(help: "File recording the window and the vehicles done, so an interrupted replay resumes where it stopped.")
+    var checkpoint: String?
+
+    @Flag(help: "Send without comparing with Fleet Engine's live locations (may move vehicles back in time).")
+    var force = false
+
+    @Flag(help: "Only count bad records instead of writing them to the dead-letter topic.")
+    var noDeadLetter = false
+
+    @Option(help: "Dead-letter topic. Default: <topic>.dlq.")
+    var deadLetterTopic: String?
+
+    @Option(help: "Kind for events without a \"kind\" field: vehicle or delivery_vehicle.")
+    var kind: VehicleKind = .vehicle
+
+    @Option(help: "Older fixes sent with a vehicle's newest one, at most (pastLocations).")
+    var maxPastLocations = 100
+
+    @Option(help: "Give up on a vehicle whose update keeps failing for this long (counted as failed; retried on resume).")
+    var retryDeadline = DurationArgument(argument: "2m")!
+
+    @Option(help: "Port for /metrics, /healthz, /readyz during the replay (metrics labelled mode=\"replay\"). Default: none.")
+    var metricsPort: Int?
+
+    @Option(help: "Address the ops endpoint listens on.")
+    var metricsHost = "0.0.0.0"
+
+    @Option(help: "Progress display: auto (a bar on a terminal, log lines every 10 s otherwise), bar or log.")
+    var progress: ProgressStyleArgument = .auto
+
+    @OptionGroup var signer: SignerOptions
+    @OptionGroup var fleetEngine: FleetEngineOptions
+    @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        guard (to != nil) != toEnd else { throw ValidationError("give exactly one of --to and --to-end") }
+        guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a number of requests per second, 0 for unlimited") }
+        guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
+        _ = try window()
+        _ = try partitionList()
+    }
+
+    func window() throws -> (from: Int64, to: Int64?) {
+        let now = WallClock.nowMilliseconds()
+        do {
+            let start = try ReplayTime.parse(from, nowMilliseconds: now)
+            let end = try to.map { try ReplayTime.parse($0, nowMilliseconds: now) }
+            if let end, end <= start { throw ValidationError("--to must be later than --from") }
+            return (start, end)
+        } catch let error as ReplayTime.ParseError {
+            throw ValidationError("--from/--to: \(error)")
+        }
+    }
+
+    func partitionList() throws -> [Int32]? {
+        guard let partitions else { return nil }
+        let values = partitions.split(separator: ",").map { Int32($0.trimmingCharacters(in: .whitespaces)) }
+        guard !values.isEmpty, values.allSatisfy({ $0 != nil && $0! >= 0 }) else {
+            throw ValidationError("--partitions must be partition numbers separated by commas, e.g. 0,3,5")
+        }
+        return Array(Set(values.compactMap { $0 })).sorted()
+    }
+
+    func run() async throws {
+        logging.bootstrap()
+        let logger = Logger(label: "fleet-relay.replay")
+        let kafkaConfiguration = try kafka.configuration()
+        do {
+            try kafkaConfiguration.validate()
+        } catch {
+            throw StartupError(error.message)
+        }
+        let (fromMilliseconds, toMilliseconds) = try window()
+        let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current, mode: "replay")
+        let sender = try await makeSender(logger: logger)
+        let configuration = ReplayConfiguration(
+            topic: topic, partitions: try partitionList(), fromMilliseconds: fromMilliseconds, toMilliseconds: toMilliseconds,
+            rate: rate > 0 ? rate : nil, maximumInFlight: fleetEngine.maxInFlight, dryRun: dryRun,
+            checkpointPath: checkpoint, force: force, deadLetterTopic: noDeadLetter ? nil : deadLetterTopic ?? topic + ".dlq",
+            defaultKind: kind, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
+        let style: ReplayProgress.Style = switch progress {
+        case .auto: ReplayProgress.automaticStyle()
+        case .bar: .bar
+        case .log: .logLines
+        }
+        let replayer = Replayer(configuration: configuration, kafka: kafkaConfiguration, sender: sender,
+                                progress: ReplayProgress(style: style, logger: logger), logger: logger)
+        let ops = try await startOps(registry: registry, health: replayer.health)
+        logger.info("Replaying \(topic) from \(RFC3339.format(milliseconds: fromMilliseconds)) to \(toMilliseconds.map { RFC3339.format(milliseconds: $0) } ?? "the end")", metadata: [
+            "rate": "\(rate > 0 ? "\(rate)/s" : "unlimited")", "dry_run": "\(dryRun)", "force": "\(force)",
+            "checkpoint": "\(checkpoint ?? "none")",
+        ])
+        let work = Task { try await replayer.run() }
+        let interrupt = InterruptSignals(logger: logger) { work.cancel() }
+        let outcome = await work.result
+        await ops?.shutdown()
+        await sender?.client.shutdown()
+        let (summary, plan): (ReplaySummary, Replayer.Plan)
+        do {
+            (summary, plan) = try outcome.get()
+        } catch {
+            throw StartupError("replay failed: \(error)")
+        }
+        if dryRun { print(Self.describe(plan)) }
+        print(summary.table)
+        if let signal = interrupt.received {
+            logger.warning("Interrupted: \(summary.unsettled) vehicles not sent\(checkpoint.map { "; resume with --checkpoint \($0)" } ?? "")")
+            throw ExitCode(128 + signal)
+        }
+        if summary.failed > 0 { throw ExitCode(1) }
+    }
+
+    private func makeSender(logger: Logger) async throws -> ReplaySender? {
+        guard !dryRun else { return nil }
+        let setup = try await signer.makeSigner { logger.warning("\($0)") }
+        let client = FleetEngineClient(configuration: try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider))
+        return ReplaySender(client: client, tokens: signer.makeTokenCache(setup.signer))
+    }
+
+    private func startOps(registry: PrometheusCollectorRegistry, health: RelayHealth) async throws -> OpsServer? {
+        guard let metricsPort else { return nil }
+        do {
+            return try await OpsServer(
+                host: metricsHost, port: metricsPort, registry: registry, help: RelayMetricNames.help,
+                liveness: { health.liveness.map(OpsServer.Check.init) },
+                readiness: { health.readiness.map(OpsServer.Check.init) })
+        } catch {
+            throw StartupError("cannot serve the ops endpoint on \(metricsHost):\(metricsPort): \(error)")
+        }
+    }
+
+    /// The dry run's report: the window per partition and what would be sent.
+    static func describe(_ plan: Replayer.Plan) -> String {
+        var lines = ["window"]
+        for window in plan.windows {
+            lines.append("  partition \(window.partition): offsets \(window.start)..<\(window.end) (\(window.records) records, \(window.method == .search ? "found by binary search" : "broker lookup"))")
+        }
+        let counts = plan.fixesPerVehicle
+        lines.append("would send")
+        lines.append("  vehicles  \(plan.updates.count)")
+        lines.append("  requests  \(plan.updates.count)")
+        if !counts.isEmpty {
+            let mean = Double(counts.reduce(0, +)) / Double(counts.count)
+            lines.append("  events per vehicle  min \(counts.min()!), mean \(String(format: "%.1f", mean)), max \(counts.max()!)")
+        }
+        if let oldest = plan.oldestMilliseconds, let newest = plan.newestMilliseconds {
+            lines.append("  oldest fix  \(RFC3339.format(milliseconds: oldest))")
+            lines.append("  newest fix  \(RFC3339.format(milliseconds: newest))")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The first SIGINT or SIGTERM interrupts the replay gracefully (in-flight requests
+/// end, the checkpoint is saved); a second one exits at once.
+final class InterruptSignals: @unchecked Sendable {
+    /// Immutable after init; only cancelled in deinit.
+    private let sources: [any DispatchSourceSignal]
+    private final class FirstSignal: Sendable {
+        let number = Atomic<Int32>(0)
+    }
+
+    private let first = FirstSignal()
+
+    init(logger: Logger, onFirst: @escaping @Sendable () -> Void) {
+        var sources: [any DispatchSourceSignal] = []
+        let first = self.first
+        for signalNumber in [SIGINT, SIGTERM] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler {
+                if first.number.compareExchange(expected: 0, desired: signalNumber, ordering: .relaxed).exchanged {
+                    logger.warning("Signal \(signalNumber): finishing in-flight requests and saving the checkpoint (again to exit at once)")
+                    onFirst()
+                } else {
+                    exit(128 + signalNumber)
+                }
+            }
+            source.resume()
+            sources.append(source)
+        }
+        self.sources = sources
+    }
+
+    var received: Int32? {
+        let value = first.number.load(ordering: .relaxed)
+        return value == 0 ? nil : value
+    }
+
+    deinit {
+        sources.forEach { $0.cancel() }
+    }
+}

@@ -1,0 +1,287 @@
+import FleetAuth
+import FleetEngine
+import FleetEngineEmulator
+import Foundation
+import Kafka
+import Logging
+import Relay
+@testable import Replay
+import Testing
+
+/// A partition index with known record timestamps and a configurable broker answer.
+struct FakeTimeIndex: PartitionTimeIndex {
+    let stamps: [Int64]
+    let answer: @Sendable (Int64) -> Int64
+
+    func watermarks(_ partition: TopicPartition, timeout: Duration) async throws -> (low: Int64, high: Int64) {
+        (0, Int64(stamps.count))
+    }
+    func offsetsForTimes(_ partitions: [TopicPartition], timestampMilliseconds: Int64,
+                         timeout: Duration) async throws -> [TopicPartition: Int64] {
+        Dictionary(uniqueKeysWithValues: partitions.map { ($0, answer(timestampMilliseconds)) })
+    }
+    func timestamp(of partition: TopicPartition, at offset: Int64, timeout: Duration) async throws -> Int64? {
+        offset < stamps.count ? stamps[Int(offset)] : nil
+    }
+
+    /// What a correct broker answers.
+    static func correct(_ stamps: [Int64]) -> @Sendable (Int64) -> Int64 {
+        { time in stamps.firstIndex { $0 >= time }.map(Int64.init) ?? -1 }
+    }
+}
+
+@Suite struct WindowResolverTests {
+    let stamps: [Int64] = (0..<100).map { 1_000 + $0 * 10 }  // 1000, 1010, … 1990
+
+    func resolve(_ answer: @escaping @Sendable (Int64) -> Int64, from: Int64, to: Int64?) async throws -> PartitionWindow {
+        let resolver = WindowResolver(index: FakeTimeIndex(stamps: stamps, answer: answer))
+        return try await resolver.resolve(topic: "t", partitions: [0], fromMilliseconds: from, toMilliseconds: to)[0]
+    }
+
+    @Test func aConsistentBrokerAnswerIsUsed() async throws {
+        let window = try await resolve(FakeTimeIndex.correct(stamps), from: 1_200, to: 1_500)
+        #expect(window == PartitionWindow(partition: 0, start: 20, end: 50, method: .lookup))
+    }
+
+    @Test func anEndAnswerContradictedByNewerRecordsFallsBackToSearch() async throws {
+        // librdkafka's mock cluster answers -1 for every timestamp.
+        let window = try await resolve({ _ in -1 }, from: 1_205, to: nil)
+        #expect(window == PartitionWindow(partition: 0, start: 21, end: 100, method: .search))
+    }
+
+    @Test func aWrongOffsetAnswerFallsBackToSearch() async throws {
+        let window = try await resolve({ _ in 3 }, from: 1_200, to: 1_300)
+        #expect(window == PartitionWindow(partition: 0, start: 20, end: 30, method: .search))
+    }
+
+    @Test func anEndAnswerForATimeAfterTheLastRecordIsTrusted() async throws {
+        let window = try await resolve({ _ in -1 }, from: 5_000, to: nil)
+        #expect(window.records == 0)
+        #expect(window.method == .lookup)
+    }
+}
+
+@Suite struct ReplayParsingTests {
+    @Test func timesAreAbsoluteOrRelativeToNow() throws {
+        #expect(try ReplayTime.parse("2026-11-22T21:00:00.123Z") == 1_795_381_200_123)
+        #expect(try ReplayTime.parse("-2h", nowMilliseconds: 10_000_000) == 10_000_000 - 7_200_000)
+        #expect(try ReplayTime.parse("-90s", nowMilliseconds: 100_000) == 10_000)
+        #expect(throws: ReplayTime.ParseError.self) { try ReplayTime.parse("yesterday") }
+        #expect(throws: ReplayTime.ParseError.self) { try ReplayTime.parse("-2w") }
+    }
+
+    @Test func theCheckpointSurvivesARoundTripAndIsReplacedWhole() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cp-\(UUID().uuidString).json").path
+        var checkpoint = ReplayCheckpoint(topic: "t", fromMilliseconds: 1, toMilliseconds: nil,
+                                          partitions: [PartitionWindow(partition: 0, start: 1, end: 9, method: .search)])
+        try checkpoint.save(to: path)
+        checkpoint.settledVehicles = ["vehicle/a"]
+        try checkpoint.save(to: path)
+        #expect(try ReplayCheckpoint.load(from: path) == checkpoint)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: FileManager.default.temporaryDirectory.path)
+            .filter { $0.hasPrefix(".cp-") }
+        #expect(leftovers.isEmpty)
+    }
+
+    @Test func a429HalvesTheRateWhichThenRecoversTowardsTheConfiguredOne() async throws {
+        let limiter = RequestRateLimiter(rate: 100)
+        await limiter.throttled()
+        await limiter.throttled()
+        #expect(await limiter.currentRate == 25)
+        let started = ContinuousClock.now
+        try await eventually("the rate recovered") {
+            try await limiter.acquire()
+            return await limiter.currentRate == 100
+        }
+        #expect(ContinuousClock.now - started >= .seconds(7), "recovers by a tenth per second")
+    }
+
+    @Test func theWindowKeepsEachVehiclesNewestFixesUpToTheCap() {
+        var coalescer = WindowCoalescer(pastLimit: 2)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        for time in [5, 1, 4, 2, 3, 4] as [Int64] {
+            coalescer.add(LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: time), for: vehicle)
+        }
+        let update = coalescer.updates()[0]
+        #expect(update.lastLocation.recordedAtMilliseconds == 5)
+        #expect(update.pastLocations.map(\.recordedAtMilliseconds) == [3, 4])
+        #expect(coalescer.fixesNotCarried == 3)
+    }
+}
+
+/// Replays against the mock cluster and the emulator.
+extension IntegrationTests {
+@Suite struct ReplayIntegrationTests {
+    /// Produces one event per vehicle per step; the record timestamp is the fix time.
+    static func produceTimed(_ harness: RelayHarness, vehicles: Int, steps: Int, start: Int64,
+                             prefix: String = "veh-") async throws -> [GeneratedEvents.Event] {
+        var events: [GeneratedEvents.Event] = []
+        for step in 0..<steps {
+            for index in 0..<vehicles {
+                events.append(GeneratedEvents.Event(vehicle: "\(prefix)\(index)", latitude: 37 + Double(step) / 1000,
+                                                    longitude: -122, recordedAt: start + Int64(step) * 1000 + Int64(index)))
+            }
+        }
+        let producer = try KafkaProducer(configuration: harness.kafka, logger: harness.logger)
+        for event in events {
+            try producer.enqueue(topic: harness.topic, key: event.record.key, value: event.record.value,
+                                 timestampMilliseconds: event.recordedAt)
+        }
+        #expect(await producer.flush(timeout: .seconds(60)))
+        #expect(producer.failedDeliveries == 0)
+        await producer.close()
+        return events
+    }
+
+    static func configuration(_ harness: RelayHarness, from: Int64, to: Int64?,
+                              edit: (inout ReplayConfiguration) -> Void = { _ in }) -> ReplayConfiguration {
+        var configuration = ReplayConfiguration(
+            topic: harness.topic, fromMilliseconds: from, toMilliseconds: to, maximumInFlight: 16,
+            deadLetterTopic: harness.topic + ".dlq",
+            retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
+        edit(&configuration)
+        return configuration
+    }
+
+    static func replay(_ harness: RelayHarness, _ configuration: ReplayConfiguration) async throws -> ReplaySummary {
+        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId))
+        defer { Task { await client.shutdown() } }
+        let replayer = Replayer(configuration: configuration, kafka: harness.kafka,
+                                sender: ReplaySender(client: client, tokens: TokenCache(signer: LocalKeySigner(key: harness.key))),
+                                progress: ReplayProgress(style: .silent, logger: harness.logger), logger: harness.logger)
+        return try await replayer.run().summary
+    }
+
+    @Test func sendsExactlyTheWindowsFixesFoundDespiteTheMockClustersLookup() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 3_600_000
+        let events = try await Self.produceTimed(harness, vehicles: 40, steps: 30, start: start)
+        // Steps 10..<20 of every vehicle: vehicle i's fix of step s is stamped start + s s + i ms.
+        let from = start + 10_000
+        let to = start + 20_000
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: from, to: to))
+
+        let inWindow = events.filter { $0.recordedAt >= from && $0.recordedAt < to }
+        #expect(summary.vehicles == 40)
+        #expect(summary.accepted == 40)
+        #expect(summary.recordsRead == inWindow.count)
+        #expect(summary.outsideWindow == 0)
+        for vehicle in Set(events.map(\.vehicle)) {
+            let stored = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle)))
+            let expected = Set(inWindow.filter { $0.vehicle == vehicle }.map(\.recordedAt))
+            #expect(stored.receivedFixTimes == expected, "\(vehicle)")
+            #expect(stored.locationTimeMilliseconds == expected.max())
+        }
+        #expect(harness.emulator.statistics.updateRequests == 40)
+    }
+
+    @Test func neverMovesALiveVehicleBackAndLeavesTheLiveGroupsOffsetsAlone() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 3_600_000
+        // An outage: the live relay dead-letters the window's fixes of 30 vehicles (Fleet Engine
+        // is down past its retry deadline); after it, newer fixes of the first 10 get through.
+        harness.emulator.goDown(for: .seconds(3600))
+        _ = try await Self.produceTimed(harness, vehicles: 30, steps: 5, start: start)
+        let relay = try harness.startRelay(group: "live") { $0.retryDeadline = .milliseconds(300) }
+        try await eventually("the live relay dead-lettered the outage's fixes") { try await harness.committedToTheEnd(group: "live") }
+        harness.emulator.goDown(for: .zero)
+        let live = try await Self.produceTimed(harness, vehicles: 10, steps: 1, start: start + 600_000)
+        try await eventually("the live relay delivered the newer fixes") {
+            live.allSatisfy { harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: $0.vehicle)) != nil }
+        }
+        try await eventually("the live relay committed everything") { try await harness.committedToTheEnd(group: "live") }
+        try await relay.stop()
+        let committedBefore = try await harness.committedOffsets(group: "live")
+        let updatesBefore = harness.emulator.statistics.updateRequests
+
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: start, to: start + 60_000))
+        #expect(summary.vehicles == 30)
+        #expect(summary.skippedNewerLive == 10)
+        #expect(summary.accepted == 20)
+        for event in live {
+            let stored = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: event.vehicle)))
+            #expect(stored.locationTimeMilliseconds == event.recordedAt)
+        }
+        #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+        #expect(harness.emulator.statistics.updateRequests == updatesBefore + 20)
+        #expect(try await harness.committedOffsets(group: "live") == committedBefore)
+    }
+
+    @Test func theRateLimitSpacesRequestsAtTheEmulator() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 600_000
+        _ = try await Self.produceTimed(harness, vehicles: 2_000, steps: 1, start: start)
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: start, to: nil) {
+            $0.rate = 200
+            $0.maximumInFlight = 64
+        })
+        #expect(summary.accepted == 2_000)
+        let statistics = harness.emulator.statistics
+        #expect(statistics.updateRequests == 2_000)
+        let span = try #require(statistics.lastUpdateAt) - (try #require(statistics.firstUpdateAt))
+        #expect(span >= .seconds(9) && span <= .seconds(15), "2,000 requests at 200/s took \(span)")
+    }
+
+    /// The number in a summary table row (`  accepted   12`).
+    static func row(_ table: String, _ name: String) -> Int? {
+        table.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(name + "  ") }
+            .flatMap { $0.split(separator: " ").last.flatMap { Int($0) } }
+    }
+
+    @Test func theCommandDryRunsThenResumesAnInterruptedReplayFromItsCheckpoint() async throws {
+        let harness = try await RelayHarness(partitions: 4)
+        defer { Task { await harness.shutdown() } }
+        let events = try await Self.produceTimed(harness, vehicles: 300, steps: 2, start: WallClock.nowMilliseconds() - 3_600_000)
+        let checkpoint = FileManager.default.temporaryDirectory.appendingPathComponent("replay-\(UUID().uuidString).json").path
+        let base = ["replay", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--from", "-2h", "--to-end",
+                    "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--progress", "log"]
+
+        let dryRun = try await IntegrationTests.CommandLineTests.RunningProcess(base + ["--dry-run"]).finish()
+        #expect(dryRun.status == 0, "\(dryRun.stderr)")
+        #expect(dryRun.stdout.contains("would send") && dryRun.stdout.contains("vehicles  300"), "\(dryRun.stdout)")
+        #expect(dryRun.stdout.contains("events per vehicle  min 2, mean 2.0, max 2"))
+        #expect(harness.emulator.statistics.requests == 0)
+
+        let metricsPort = try freeLoopbackPort()
+        let first = try IntegrationTests.CommandLineTests.RunningProcess(
+            base + ["--rate", "40", "--checkpoint", checkpoint, "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1"])
+        try await eventually("the replay sent some vehicles") { (harness.emulator.statistics.updateResponsesByStatus[200] ?? 0) >= 60 }
+        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+        #expect((metricValue(metrics, "fleet_relay_replay_vehicles_total", ["mode": "replay", "outcome": "accepted"]) ?? 0) > 0)
+        #expect(metricValue(metrics, "fleet_relay_replay_requests_planned", ["mode": "replay"]) == 300)
+        first.process.interrupt()
+        let interrupted = await first.finish()
+        #expect(interrupted.status == 128 + SIGINT, "\(interrupted.stderr)")
+        #expect(interrupted.stdout.contains("replay (interrupted)"))
+        #expect(!interrupted.stderr.contains("fleet-relay: error"), "\(interrupted.stderr)")
+        let saved = try #require(try ReplayCheckpoint.load(from: checkpoint))
+        #expect(!saved.complete && saved.settledVehicles.count >= 60 && saved.settledVehicles.count < 300)
+        let firstAccepted = try #require(Self.row(interrupted.stdout, "accepted"))
+
+        let second = try await IntegrationTests.CommandLineTests.RunningProcess(base + ["--rate", "0", "--checkpoint", checkpoint]).finish()
+        #expect(second.status == 0, "\(second.stderr)")
+        let settledBefore = try #require(Self.row(second.stdout, "settled by an earlier run"))
+        let secondAccepted = try #require(Self.row(second.stdout, "accepted"))
+        let skipped = try #require(Self.row(second.stdout, "skipped (newer live location)"))
+        #expect(settledBefore == saved.settledVehicles.count)
+        #expect(settledBefore + secondAccepted + skipped == 300, "\(second.stdout)")
+        #expect(firstAccepted + secondAccepted == 300 - skipped)
+        #expect(try ReplayCheckpoint.load(from: checkpoint)?.complete == true)
+        for (vehicle, newest) in GeneratedEvents(events: events).newest {
+            #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle))?.locationTimeMilliseconds == newest.recordedAt)
+        }
+        #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+    }
+
+    @Test func contradictoryWindowFlagsStopWithOneLine() async throws {
+        let result = try await IntegrationTests.CommandLineTests.RunningProcess(
+            ["replay", "--brokers", "127.0.0.1:1", "--topic", "t", "--from", "-1h", "--to", "-2h", "--key-file", "k"]).finish()
+        #expect(result.status != 0)
+        #expect(result.stderr.split(separator: "\n").count == 1)
+        #expect(result.stderr.contains("--to must be later than --from"), "\(result.stderr)")
+    }
+}
+}
