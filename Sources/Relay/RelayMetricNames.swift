@@ -20,5 +20,10 @@ public enum RelayMetricNames {
         "fleet_relay_in_flight_requests": "Fleet Engine requests under way.",
         "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
         "fleet_relay_build_info": "Always 1; the version label names the running build.",
+        "fleet_relay_replay_records_in_window": "Replay: records in the window's offset ranges.",
+        "fleet_relay_replay_records_read_total": "Replay: records read so far.",
+        "fleet_relay_replay_bad_records_total": "Replay: records that failed to decode, by reason.",
+        "fleet_relay_replay_requests_planned": "Replay: vehicles (one request each) to send in this run.",
+        "fleet_relay_replay_vehicles_total": "Replay: vehicles settled, by outcome (accepted, skipped_newer_live, failed).",
     ]
 }
