@@ -174,6 +174,21 @@ extension IntegrationTests {
             #expect(stored.locationTimeMilliseconds == expected.max())
         }
         #expect(harness.emulator.statistics.updateRequests == 40)
+
+        // --partitions: a dry run of partitions 1 and 3 reads exactly their records.
+        let ends = try await harness.endOffsets()
+        let replayer = Replayer(configuration: Self.configuration(harness, from: start, to: nil) {
+            $0.partitions = [1, 3]
+            $0.dryRun = true
+        }, kafka: harness.kafka, sender: nil, progress: ReplayProgress(style: .silent, logger: harness.logger), logger: harness.logger)
+        let (dryRun, plan) = try await replayer.run()
+        #expect(plan.windows.map(\.partition) == [1, 3])
+        #expect(dryRun.recordsRead == Int(ends[1]! + ends[3]!))
+        #expect(harness.emulator.statistics.updateRequests == 40)
+        let missing = Replayer(configuration: Self.configuration(harness, from: start, to: nil) { $0.partitions = [9] },
+                               kafka: harness.kafka, sender: nil, progress: ReplayProgress(style: .silent, logger: harness.logger),
+                               logger: harness.logger)
+        await #expect(throws: ReplayError.self) { try await missing.run() }
     }
 
     @Test func neverMovesALiveVehicleBackAndLeavesTheLiveGroupsOffsetsAlone() async throws {
