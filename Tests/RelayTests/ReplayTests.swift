@@ -160,13 +160,23 @@ extension IntegrationTests {
         // Steps 10..<20 of every vehicle: vehicle i's fix of step s is stamped start + s s + i ms.
         let from = start + 10_000
         let to = start + 20_000
+        // One malformed record inside the window: dead-lettered with its reason, nothing else lost.
+        let producer = try KafkaProducer(configuration: harness.kafka, logger: harness.logger)
+        try await producer.send(topic: harness.topic, key: Array("veh-bad".utf8), value: Array(#"{"vehicle_id":"veh-bad"}"#.utf8),
+                                timestampMilliseconds: from + 5_000)
+        await producer.close()
         let summary = try await Self.replay(harness, Self.configuration(harness, from: from, to: to))
 
         let inWindow = events.filter { $0.recordedAt >= from && $0.recordedAt < to }
         #expect(summary.vehicles == 40)
         #expect(summary.accepted == 40)
-        #expect(summary.recordsRead == inWindow.count)
-        #expect(summary.outsideWindow == 0)
+        // The bad record, stamped inside the window but appended last, makes its partition's
+        // timestamps go back: that partition is searched up to its end, and the records read
+        // there beyond the window are skipped by their timestamps.
+        #expect(summary.recordsRead == inWindow.count + 1 + summary.outsideWindow)
+        #expect(summary.outsideWindow <= events.count / 4 * 2)
+        #expect(summary.bad == 1 && summary.deadLettered == 1)
+        #expect(try await harness.readDeadLetters(count: 1).first?.header("fleet-relay-error") == "missing_field")
         for vehicle in Set(events.map(\.vehicle)) {
             let stored = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle)))
             let expected = Set(inWindow.filter { $0.vehicle == vehicle }.map(\.recordedAt))
