@@ -30,6 +30,17 @@ struct KafkaOptions: ParsableArguments {
         }
         return configuration
     }
+
+    /// The configuration, checked by librdkafka itself: a typo stops startup in librdkafka's words.
+    func validatedConfiguration() throws -> KafkaConfiguration {
+        let configuration = try configuration()
+        do {
+            try configuration.validate()
+        } catch {
+            throw StartupError(error.message)
+        }
+        return configuration
+    }
 }
 
 struct FleetEngineOptions: ParsableArguments {

@@ -117,12 +117,7 @@ struct ReplayCommand: AsyncParsableCommand {
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay.replay")
-        let kafkaConfiguration = try kafka.configuration()
-        do {
-            try kafkaConfiguration.validate()
-        } catch {
-            throw StartupError(error.message)
-        }
+        let kafkaConfiguration = try kafka.validatedConfiguration()
         let (fromMilliseconds, toMilliseconds) = try window()
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current, mode: "replay")
         let sender = try await makeSender(logger: logger)

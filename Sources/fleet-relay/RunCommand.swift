@@ -37,12 +37,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay")
-        let kafkaConfiguration = try kafka.configuration()
-        do {
-            try kafkaConfiguration.validate()
-        } catch {
-            throw StartupError(error.message)
-        }
+        let kafkaConfiguration = try kafka.validatedConfiguration()
         let setup = try await signer.makeSigner { logger.warning("\($0)") }
         let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider)
         let client = FleetEngineClient(configuration: clientConfiguration)
