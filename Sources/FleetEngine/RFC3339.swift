@@ -62,31 +62,34 @@ public enum RFC3339 {
         var secondOfDay = totalSeconds % 86400
         if secondOfDay < 0 { secondOfDay += 86400; days -= 1 }
         let (year, month, day) = civilFromDays(days)
-        let fields: [(value: Int, width: Int, separator: UInt8)] = [
-            (year, 4, UInt8(ascii: "-")), (month, 2, UInt8(ascii: "-")), (day, 2, UInt8(ascii: "T")),
-            (Int(secondOfDay / 3600), 2, UInt8(ascii: ":")), (Int(secondOfDay % 3600 / 60), 2, UInt8(ascii: ":")),
-            (Int(secondOfDay % 60), 2, UInt8(ascii: ".")), (millis, 3, UInt8(ascii: "Z")),
-        ]
+        let hour = Int(secondOfDay / 3600), minute = Int(secondOfDay % 3600 / 60), second = Int(secondOfDay % 60)
         // Parsed timestamps always have four-digit years; others are written the slow way.
         guard (0...9999).contains(year) else {
-            return fields.map { field in
-                let digits = String(field.value)
-                return String(repeating: "0", count: max(0, field.width - digits.count)) + digits
-                    + String(UnicodeScalar(field.separator))
-            }.joined()
+            func pad(_ value: Int, _ width: Int) -> String {
+                let digits = String(value)
+                return String(repeating: "0", count: max(0, width - digits.count)) + digits
+            }
+            return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(millis, 3))Z"
         }
-        // Written digit by digit into one 24-byte buffer: this runs for every fix sent.
+        // Written digit by digit into one 24-byte buffer, with no other allocation: this runs for every fix sent.
         return String(unsafeUninitializedCapacity: 24) { buffer in
             var index = 0
-            for field in fields {
-                var value = field.value
-                for position in stride(from: index + field.width - 1, through: index, by: -1) {
-                    buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
-                    value /= 10
+            func put(_ value: Int, _ width: Int, _ separator: UInt8) {
+                var rest = value
+                for position in stride(from: index + width - 1, through: index, by: -1) {
+                    buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+                    rest /= 10
                 }
-                buffer[index + field.width] = field.separator
-                index += field.width + 1
+                buffer[index + width] = separator
+                index += width + 1
             }
+            put(year, 4, UInt8(ascii: "-"))
+            put(month, 2, UInt8(ascii: "-"))
+            put(day, 2, UInt8(ascii: "T"))
+            put(hour, 2, UInt8(ascii: ":"))
+            put(minute, 2, UInt8(ascii: ":"))
+            put(second, 2, UInt8(ascii: "."))
+            put(millis, 3, UInt8(ascii: "Z"))
             return index
         }
     }

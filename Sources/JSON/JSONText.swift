@@ -133,8 +133,12 @@ public struct JSONObjectWriter: Sendable {
 
     public var json: String { String(decoding: bytes, as: UTF8.self) }
 
-    /// The object's UTF-8 text.
-    public var bytes: [UInt8] { text + [UInt8(ascii: "}")] }
+    /// The object's UTF-8 text (the closing brace added to a copy, so the writer stays open).
+    public var bytes: [UInt8] {
+        var closed = text
+        closed.append(UInt8(ascii: "}"))
+        return closed
+    }
 
     private mutating func appendKey(_ key: String) {
         if !isEmpty { text.append(UInt8(ascii: ",")) }
