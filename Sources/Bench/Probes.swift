@@ -66,7 +66,7 @@ struct Probes {
     /// Records the relay finished without sending them, each for a counted reason.
     func finishedUnsent(metricsPort: Int) async -> Double {
         var total = 0.0
-        for outcome in ["past_cap_exceeded", "stale", "dead_lettered"] {
+        for outcome in ["stale", "dead_lettered"] {
             total += await metric("fleet_relay_records_finished_total", matching: "outcome=\"\(outcome)\"", metricsPort: metricsPort)
         }
         return total

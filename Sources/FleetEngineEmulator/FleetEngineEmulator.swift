@@ -22,6 +22,10 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Every fix time received for the vehicle (last and past locations), when
         /// the emulator records history: lets tests prove that nothing was lost.
         public var receivedFixTimes: Set<Int64> = []
+        /// Fixes received for the first time although a newer one had already arrived
+        /// (when the emulator records history): a history delivered out of order.
+        public var fixesOutOfOrder = 0
+        var newestReceivedFixTime = Int64.min
     }
 
     /// Counters over every request served.
@@ -47,13 +51,16 @@ public final class FleetEngineEmulator: EmulatedService {
         public var latency: Duration
         /// Vehicles answered 404 NOT_FOUND.
         public var rejectedVehicles: Set<String>
+        /// Vehicles whose updates are answered 503 UNAVAILABLE every time: a vehicle stuck in retries.
+        public var unavailableVehicles: Set<String>
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
-                    rejectedVehicles: Set<String> = []) {
+                    rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = []) {
             self.failRate = failRate
             self.throttleRate = throttleRate
             self.latency = latency
             self.rejectedVehicles = rejectedVehicles
+            self.unavailableVehicles = unavailableVehicles
         }
     }
 
@@ -221,6 +228,9 @@ public final class FleetEngineEmulator: EmulatedService {
         if state.withLock({ $0.plan.rejectedVehicles.contains(vehicle.id) }) {
             return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.")
         }
+        if state.withLock({ $0.plan.unavailableVehicles.contains(vehicle.id) }) {
+            return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        }
         let valid: UpdateBodyValidator.ValidUpdate
         do {
             valid = try UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])
@@ -235,10 +245,7 @@ public final class FleetEngineEmulator: EmulatedService {
             current.locationTimeMilliseconds = valid.locationTimeMilliseconds
             current.updates += 1
             current.pastLocationsReceived += valid.pastLocationTimes.count
-            if recordsHistory {
-                current.receivedFixTimes.insert(valid.locationTimeMilliseconds)
-                current.receivedFixTimes.formUnion(valid.pastLocationTimes)
-            }
+            if recordsHistory { Self.recordHistory(of: &current, valid) }
             state.vehicles[vehicle] = current
             state.statistics.locationsReceived += 1 + valid.pastLocationTimes.count
             state.latency.record(milliseconds: WallClock.nowMilliseconds() - valid.locationTimeMilliseconds)
@@ -246,6 +253,16 @@ public final class FleetEngineEmulator: EmulatedService {
         }
         guard let stored else { return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.") }
         return .json(200, representation(vehicle, stored))
+    }
+
+    /// Past locations oldest first, then the last location: the order a history is meant to be read in.
+    private static func recordHistory(of vehicle: inout Vehicle, _ update: UpdateBodyValidator.ValidUpdate) {
+        for time in update.pastLocationTimes + [update.locationTimeMilliseconds] {
+            if vehicle.receivedFixTimes.insert(time).inserted, time < vehicle.newestReceivedFixTime {
+                vehicle.fixesOutOfOrder += 1
+            }
+            vehicle.newestReceivedFixTime = max(vehicle.newestReceivedFixTime, time)
+        }
     }
 
     // MARK: Statistics over HTTP, for benchmarks running the emulator as a process

@@ -42,11 +42,16 @@ public final class KafkaConsumer: Sendable {
     private let handle: RDKafkaHandle
     private let context: ConsumerContext
     private let control: Mutex<Control>
-    private let blockingCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.blocking")
+    private let commitCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.commits")
+    /// Watermark queries wait on their own queue: a slow broker delays the lag gauge, never a commit.
+    private let queryCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.queries")
     private let logger: Logger
 
     private struct Control {
-        var wantsPause = false
+        /// Every assigned partition paused (shutdown), whatever `pausedPartitions` says.
+        var pauseAll = false
+        /// The partitions the owner of flow control wants paused.
+        var pausedPartitions: Set<TopicPartition> = []
         var stopRequested = false
         var stopped: [CheckedContinuation<Void, Never>] = []
         var hasStopped = false
@@ -57,6 +62,10 @@ public final class KafkaConsumer: Sendable {
         "enable.auto.offset.store": "false",
         "auto.offset.reset": "earliest",
         "enable.partition.eof": "false",
+        // A member that died is noticed after 10 s instead of librdkafka's 45 s, so its
+        // partitions move on quickly after a crash (Vector's default too).
+        "session.timeout.ms": "10000",
+        "heartbeat.interval.ms": "1000",
         // librdkafka prefetches up to 64 MB by default; the relay bounds its own pending
         // records, so more than a few MB ahead only costs memory.
         "queued.max.messages.kbytes": "8192",
@@ -112,18 +121,28 @@ public final class KafkaConsumer: Sendable {
         thread.start()
     }
 
-    /// Stops fetching new records for every assigned partition (and for partitions
-    /// assigned later) until `resume()`. Records already delivered are unaffected;
-    /// fetching restarts at the position after the last delivered record.
-    public func pause() { control.withLock { $0.wantsPause = true } }
+    /// Stops fetching for every assigned partition, now and after any later assignment,
+    /// for good (shutdown). Records already delivered are unaffected.
+    public func pauseAll() {
+        control.withLock { $0.pauseAll = true }
+    }
 
-    public func resume() { control.withLock { $0.wantsPause = false } }
+    /// The partitions to keep paused, replacing the previous wish. The poll thread applies
+    /// it to the current assignment, and again after every assignment change: librdkafka
+    /// keeps a partition's pause across rebalances, so each change is followed by an
+    /// explicit pause or resume of every assigned partition.
+    public func setPaused(_ partitions: Set<TopicPartition>) {
+        control.withLock { $0.pausedPartitions = partitions }
+    }
 
-    /// Whether fetching is paused now, by request or because the reader fell behind.
-    public var isPaused: Bool { context.isPaused.load(ordering: .relaxed) }
+    /// The partitions the owner of flow control wants paused.
+    public var pauseWish: Set<TopicPartition> { control.withLock { $0.pausedPartitions } }
 
-    /// Whether `pause()` is in force (until `resume()`).
-    public var isPauseRequested: Bool { control.withLock { $0.wantsPause } }
+    /// Whether fetching is paused for any assigned partition now.
+    public var isPaused: Bool { pausedPartitionCount > 0 }
+
+    /// Assigned partitions whose fetching is paused now, by wish or because the reader fell behind.
+    public var pausedPartitionCount: Int { context.pausedPartitionCount.load(ordering: .relaxed) }
 
     /// Seconds since the poll loop last came round; a large value means it is stuck.
     public var secondsSinceLastPoll: Double {
@@ -148,12 +167,12 @@ public final class KafkaConsumer: Sendable {
 
     /// Commits without blocking a Swift concurrency thread.
     public func commit(_ offsets: [TopicPartitionOffset]) async throws {
-        try await blockingCalls.run { () throws(KafkaError) in try self.commitSync(offsets) }
+        try await commitCalls.run { () throws(KafkaError) in try self.commitSync(offsets) }
     }
 
     /// Low and high watermarks of a partition as the broker reports them.
     public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
-        try await blockingCalls.run { () throws(KafkaError) in
+        try await queryCalls.run { () throws(KafkaError) in
             try RDKafkaQueries.watermarks(self.handle.pointer, partition, timeout: timeout)
         }
     }
@@ -168,6 +187,7 @@ public final class KafkaConsumer: Sendable {
                 control.stopped.append(continuation)
                 return false
             }
+            context.readerGate.wake()
             if alreadyStopped { continuation.resume() }
         }
     }
@@ -175,19 +195,26 @@ public final class KafkaConsumer: Sendable {
     // MARK: Poll thread
 
     private func pollLoop() {
-        var appliedPause = false
+        var applied: Set<TopicPartition> = []
         while !control.withLock({ $0.stopRequested }) {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            let readerStalled = !waitForReader()
-            let pause = control.withLock { $0.wantsPause } || readerStalled
-            if context.assignmentChanged { appliedPause = false; context.assignmentChanged = false }
-            if pause != appliedPause {
-                applyPause(pause)
-                appliedPause = pause
+            let readerStalled = !context.readerGate.waitForRoom(
+                maximumBuffered: Self.maximumBufferedChunks, timeout: Self.readerStallBeforePause)
+            let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
+            let assignment = context.assignment
+            let wanted = pauseAll || readerStalled ? assignment : wish.intersection(assignment)
+            if context.assignmentChanged {
+                context.assignmentChanged = false
+                applyPause(pause: wanted, resume: assignment.subtracting(wanted))
+                applied = wanted
+            } else if wanted != applied {
+                applyPause(pause: wanted.subtracting(applied), resume: applied.subtracting(wanted))
+                applied = wanted
             }
-            let chunk = pollChunk(maximum: Self.maximumChunkSize, timeoutMilliseconds: pause ? 10 : 100)
+            context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
+            let chunk = pollChunk(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100)
             if !chunk.isEmpty {
-                context.bufferedChunks.add(1, ordering: .relaxed)
+                context.readerGate.add()
                 context.continuation.yield(chunk)
             }
         }
@@ -203,28 +230,20 @@ public final class KafkaConsumer: Sendable {
         waiters.forEach { $0.resume() }
     }
 
-    /// Waits while the reader has `maximumBufferedChunks` to take; false when it
-    /// is still that far behind after `readerStallBeforePause`.
-    private func waitForReader() -> Bool {
-        let deadline = ContinuousClock.now + Self.readerStallBeforePause
-        while context.bufferedChunks.load(ordering: .relaxed) >= Self.maximumBufferedChunks {
-            guard ContinuousClock.now < deadline, !control.withLock({ $0.stopRequested }) else { return false }
-            usleep(500)
+    private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {
+        if !pause.isEmpty {
+            let list = RDKafkaTopicPartitionList.make(pause.sorted())
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            rd_kafka_pause_partitions(handle.pointer, list)
         }
-        return true
-    }
-
-    private func applyPause(_ pause: Bool) {
-        var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
-        guard rd_kafka_assignment(handle.pointer, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let assignment else { return }
-        defer { rd_kafka_topic_partition_list_destroy(assignment) }
-        if pause {
-            rd_kafka_pause_partitions(handle.pointer, assignment)
-        } else {
-            rd_kafka_resume_partitions(handle.pointer, assignment)
+        if !resume.isEmpty {
+            let list = RDKafkaTopicPartitionList.make(resume.sorted())
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            rd_kafka_resume_partitions(handle.pointer, list)
         }
-        context.isPaused.store(pause, ordering: .relaxed)
-        logger.debug("Kafka consumer \(pause ? "paused" : "resumed") \(assignment.pointee.cnt) partitions")
+        if !pause.isEmpty || !resume.isEmpty {
+            logger.debug("Kafka consumer paused \(pause.count), resumed \(resume.count) partitions")
+        }
     }
 
     private func pollChunk(maximum: Int, timeoutMilliseconds: Int32) -> [KafkaRecord] {
@@ -245,11 +264,14 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
     let continuation: AsyncStream<[KafkaRecord]>.Continuation
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
-    let isPaused = Atomic<Bool>(false)
+    let pausedPartitionCount = Atomic<Int>(0)
     /// Chunks yielded to `records` and not yet taken by the reader.
-    let bufferedChunks = Atomic<Int>(0)
+    let readerGate = ReaderGate()
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
+    /// Set by the rebalance callback; the poll loop then applies the pause wish to the whole new assignment.
     var assignmentChanged = false
+    /// The current assignment, as the rebalance callbacks changed it.
+    var assignment: Set<TopicPartition> = []
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
     private var topicNames: [OpaquePointer: String] = [:]
@@ -297,6 +319,7 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
             let generation = nextGeneration
             nextGeneration += 1
             for partition in changed { generations[partition] = generation }
+            assignment = cooperative ? assignment.union(changed) : Set(changed)
             logger.info("Kafka partitions assigned: \(changed.map(\.description).joined(separator: ", "))")
             _ = rebalanceHandler(.assigned(changed, generation: generation))
             let error = cooperative
@@ -309,6 +332,7 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
             let finalOffsets = rebalanceHandler(.revoked(changed, lost: lost))
             if !lost { commitBeforeRevoke(handle, finalOffsets) }
             for partition in changed { generations[partition] = nil }
+            assignment = cooperative ? assignment.subtracting(changed) : []
             if cooperative {
                 if let error = rd_kafka_incremental_unassign(handle, partitions) { rd_kafka_error_destroy(error) }
             } else {
@@ -318,6 +342,7 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
             logger.error("Kafka rebalance error: \(RDKafkaConfig.errorName(code))")
             _ = rebalanceHandler(.revoked(changed, lost: true))
             generations = [:]
+            assignment = []
             rd_kafka_assign(handle, nil)
         }
     }
@@ -336,18 +361,61 @@ public struct KafkaRecordChunks: AsyncSequence, Sendable {
 
         public mutating func next() async -> [KafkaRecord]? {
             let chunk = await base.next()
-            if chunk != nil { context.bufferedChunks.subtract(1, ordering: .relaxed) }
+            if chunk != nil { context.readerGate.take() }
             return chunk
         }
 
         public mutating func next(isolation actor: isolated (any Actor)?) async -> [KafkaRecord]? {
             let chunk = await base.next(isolation: actor)
-            if chunk != nil { context.bufferedChunks.subtract(1, ordering: .relaxed) }
+            if chunk != nil { context.readerGate.take() }
             return chunk
         }
     }
 
     public func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(base: stream.makeAsyncIterator(), context: context)
+    }
+}
+
+/// Counts chunks handed to the reader and not yet taken. The poll thread waits on
+/// it while the reader is `maximumBuffered` chunks behind, woken by the reader
+/// taking one (or by a stop), never by a timer.
+final class ReaderGate: @unchecked Sendable {  // every member is guarded by `condition`
+    private let condition = NSCondition()
+    private var buffered = 0
+    private var woken = false
+
+    func add() {
+        condition.lock()
+        buffered += 1
+        condition.unlock()
+    }
+
+    func take() {
+        condition.lock()
+        buffered -= 1
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Ends the current wait early (a stop or a pause for good).
+    func wake() {
+        condition.lock()
+        woken = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Waits until fewer than `maximumBuffered` chunks are untaken; false when still
+    /// that far behind after `timeout` or when woken.
+    func waitForRoom(maximumBuffered: Int, timeout: Duration) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18)
+        condition.lock()
+        defer { condition.unlock() }
+        woken = false
+        while buffered >= maximumBuffered {
+            if woken || !condition.wait(until: deadline) { return buffered < maximumBuffered }
+        }
+        return true
     }
 }

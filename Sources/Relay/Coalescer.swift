@@ -6,8 +6,7 @@ public struct CoalescedRequest: Sendable {
     public let update: VehicleLocationUpdate
     /// The record sent as `lastLocation`.
     public let newest: PendingFix
-    /// Records sent in `pastLocations`, plus the oldest ones beyond its cap: all
-    /// settled with the request's outcome.
+    /// Records sent in `pastLocations`, oldest first: settled with the request's outcome.
     public let carried: [PendingFix]
     /// Set when Fleet Engine's live location must be read first (first request for the
     /// vehicle since startup or a partition reassignment): the assignment epoch checked.
@@ -28,16 +27,26 @@ public struct CoalescedRequest: Sendable {
     }
 }
 
-/// Turns a vehicle's queued fixes into one request: the newest as `lastLocation`,
-/// older ones (oldest first, at most `pastLimit`) as `pastLocations`. Fixes not
-/// newer than the newest one Fleet Engine accepted are stale and never sent, so
-/// the vehicle never moves backwards.
+/// Turns a vehicle's queued fixes into its next request. Fixes not newer than the
+/// newest one Fleet Engine accepted are stale and never sent, so the vehicle never
+/// moves backwards. The rest go out oldest first in chunks of at most `pastLimit + 1`:
+/// each chunk's newest as `lastLocation`, the older ones as `pastLocations`. Fixes
+/// beyond the first chunk stay queued for the vehicle's next request, so a history
+/// longer than the cap is delivered whole and in time order.
 public enum Coalescer {
     public static let defaultPastLimit = 100
 
+    public struct Result: Sendable {
+        public var request: CoalescedRequest?
+        /// Not newer than what Fleet Engine holds: finished without being sent.
+        public var stale: [PendingFix]
+        /// Newer than this request's chunk: they wait for the vehicle's next request.
+        public var later: [PendingFix]
+    }
+
     public static func coalesce(
         vehicle: VehicleIdentity, fixes: [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
-    ) -> (request: CoalescedRequest?, stale: [PendingFix]) {
+    ) -> Result {
         let floor = newestAcceptedMilliseconds ?? .min
         // Stable sort: among equal times the later-consumed fix is the newer.
         let ordered = fixes.enumerated().sorted {
@@ -45,11 +54,12 @@ public enum Coalescer {
         }.map(\.element)
         let stale = ordered.filter { $0.update.fix.recordedAtMilliseconds <= floor }
         let fresh = ordered.filter { $0.update.fix.recordedAtMilliseconds > floor }
-        guard let newest = fresh.last else { return (nil, stale) }
-        let older = fresh.dropLast()
-        let past = older.suffix(pastLimit)
+        let chunk = fresh.prefix(max(0, pastLimit) + 1)
+        guard let newest = chunk.last else { return Result(request: nil, stale: stale, later: []) }
+        let past = Array(chunk.dropLast())
         let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
                                            pastLocations: past.map(\.update.fix))
-        return (CoalescedRequest(update: update, newest: newest, carried: Array(older)), stale)
+        return Result(request: CoalescedRequest(update: update, newest: newest, carried: past), stale: stale,
+                      later: Array(fresh.dropFirst(chunk.count)))
     }
 }

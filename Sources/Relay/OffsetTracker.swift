@@ -1,3 +1,4 @@
+import DequeModule
 import Kafka
 import Synchronization
 
@@ -6,57 +7,53 @@ import Synchronization
 /// past the last registered when all are finished), so a failed or slow record
 /// is never skipped because a later one succeeded.
 ///
+/// Only unfinished offsets are kept: a record stuck in retries holds its
+/// partition's commit, while the records behind it that finished cost nothing.
+///
 /// Threading: all methods may be called from any thread (the rebalance callback
 /// calls in from librdkafka's poll thread).
 public final class OffsetTracker: Sendable {
+    private struct Unfinished {
+        let offset: Int64
+        let registeredAt: ContinuousClock.Instant
+    }
+
     private struct Partition {
         let generation: UInt64
         /// Set when a revoke began: no new work starts, finishing work still counts.
         var revoking = false
-        /// Registered offsets in consumption order from `head` on; finished flags alongside.
-        var offsets: [Int64] = []
-        var finished: [Bool] = []
-        var head = 0
+        /// Registered offsets not yet finished, in increasing order.
+        var unfinished = Deque<Unfinished>()
+        var firstRegistered: Int64?
+        var lastRegistered: Int64?
         var lastCommitted: Int64?
 
+        /// Nil while nothing finished since the partition was assigned: its position is still the group's.
         var committable: Int64? {
-            if head < offsets.count { return head > 0 ? offsets[head] : nil }
-            return offsets.last.map { $0 + 1 }
+            guard let first = unfinished.first else { return lastRegistered.map { $0 + 1 } }
+            return first.offset == firstRegistered ? nil : first.offset
         }
 
-        var outstanding: Int { offsets.count - head }
-
-        mutating func register(_ offset: Int64) -> Bool {
-            if let last = offsets.last, offset <= last { return false }
-            offsets.append(offset)
-            finished.append(false)
+        mutating func register(_ offset: Int64, at now: ContinuousClock.Instant) -> Bool {
+            if let last = lastRegistered, offset <= last { return false }
+            if firstRegistered == nil { firstRegistered = offset }
+            lastRegistered = offset
+            unfinished.append(Unfinished(offset: offset, registeredAt: now))
             return true
         }
 
+        /// Records finish roughly in consumption order, so the search mostly ends near the front.
         mutating func finish(_ offset: Int64) {
-            guard let index = index(of: offset), !finished[index] else { return }
-            finished[index] = true
-            while head < offsets.count, finished[head] { head += 1 }
-            if head > 4096, head * 2 > offsets.count { compact() }
-        }
-
-        private func index(of offset: Int64) -> Int? {
-            var low = head
-            var high = offsets.count - 1
+            var (low, high) = (0, unfinished.count - 1)
             while low <= high {
                 let middle = (low + high) / 2
-                if offsets[middle] == offset { return middle }
-                if offsets[middle] < offset { low = middle + 1 } else { high = middle - 1 }
+                let found = unfinished[middle].offset
+                if found == offset {
+                    unfinished.remove(at: middle)
+                    return
+                }
+                if found < offset { low = middle + 1 } else { high = middle - 1 }
             }
-            return nil
-        }
-
-        /// Keeps the last finished offset so `committable` stays answerable.
-        private mutating func compact() {
-            let keep = head - 1
-            offsets.removeFirst(keep)
-            finished.removeFirst(keep)
-            head = 1
         }
     }
 
@@ -84,10 +81,10 @@ public final class OffsetTracker: Sendable {
 
     /// Records that a consumed record is now in progress. Returns false when the record
     /// belongs to no current assignment (fetched before a revoke): it must then be skipped.
-    public func register(_ record: KafkaRecord) -> Bool {
+    public func register(_ record: KafkaRecord, now: ContinuousClock.Instant = .now) -> Bool {
         partitions.withLock { partitions in
             guard partitions[record.topicPartition]?.generation == record.assignmentGeneration else { return false }
-            return partitions[record.topicPartition]!.register(record.offset)
+            return partitions[record.topicPartition]!.register(record.offset, at: now)
         }
     }
 
@@ -137,16 +134,25 @@ public final class OffsetTracker: Sendable {
 
     /// Registered records not yet finished, over all partitions.
     public var outstanding: Int {
-        partitions.withLock { $0.values.reduce(0) { $0 + $1.outstanding } }
+        partitions.withLock { $0.values.reduce(0) { $0 + $1.unfinished.count } }
+    }
+
+    /// Registered records not yet finished, per assigned partition (flow control pauses by these).
+    public var unfinishedPerPartition: [TopicPartition: Int] {
+        partitions.withLock { $0.mapValues(\.unfinished.count) }
+    }
+
+    /// How long each assigned partition's oldest unfinished record has waited (zero when none waits).
+    public func oldestUnfinishedAge(now: ContinuousClock.Instant = .now) -> [TopicPartition: Duration] {
+        partitions.withLock { $0.mapValues { $0.unfinished.first.map { now - $0.registeredAt } ?? .zero } }
     }
 
     /// Consumed records above the last committed offset (finished or not), over all partitions.
     public var uncommitted: Int64 {
         partitions.withLock { partitions in
             partitions.values.reduce(0) { total, state in
-                guard let last = state.offsets.last else { return total }
-                let committed = state.lastCommitted ?? state.offsets[0]
-                return total + max(0, last + 1 - committed)
+                guard let last = state.lastRegistered, let first = state.firstRegistered else { return total }
+                return total + max(0, last + 1 - (state.lastCommitted ?? first))
             }
         }
     }

@@ -23,19 +23,24 @@ public struct RelayConfiguration: Sendable {
     /// dead-lettered; nil retries for as long as the process runs.
     public var retryDeadline: Duration?
     /// How long a revoke waits for the revoked partitions' in-flight work before committing.
+    /// Longer than a Fleet Engine request may take, so that no request of this member lands
+    /// after the next owner's newer fix.
     public var revokeDrainTimeout: Duration
     /// Fixes of a vehicle arriving sooner than this after its last request wait and are coalesced.
     public var minimumIntervalPerVehicle: Duration
     /// How long Fleet Engine or the signer may fail before the relay reports not ready.
     public var readyMaximumOutage: Duration
+    /// A vehicle with nothing to send for this long is forgotten: memory follows active vehicles.
+    public var vehicleIdleTimeout: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
                 defaultKind: VehicleKind = .vehicle, batchSize: Int = 500, batchLinger: Duration = .milliseconds(100),
                 maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
-                retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(5),
-                minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60)) {
+                retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(20),
+                minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60),
+                vehicleIdleTimeout: Duration = VehicleDispatcher.defaultLaneIdleLimit) {
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -53,5 +58,6 @@ public struct RelayConfiguration: Sendable {
         self.revokeDrainTimeout = revokeDrainTimeout
         self.minimumIntervalPerVehicle = minimumIntervalPerVehicle
         self.readyMaximumOutage = readyMaximumOutage
+        self.vehicleIdleTimeout = vehicleIdleTimeout
     }
 }

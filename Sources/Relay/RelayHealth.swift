@@ -18,10 +18,15 @@ public final class RelayHealth: Sendable {
         var fleetEngineOutageSince: ContinuousClock.Instant?
         var signerFailingSince: ContinuousClock.Instant?
         var lastPollAge: @Sendable () -> Double = { 0 }
+        /// Since when partitions are paused that flow control does not want paused.
+        var unwishedPauseSince: ContinuousClock.Instant?
     }
 
     /// A poll loop silent for longer than this makes the process unhealthy.
     public static let stuckPollSeconds = 30.0
+    /// Partitions paused without flow control wanting it for longer than this make the
+    /// process unhealthy: fetching would never resume by itself, so it must be restarted.
+    public static let unwishedPauseLimit = Duration.seconds(30)
 
     public let maximumOutage: Duration
     private let state = Mutex(State())
@@ -37,6 +42,18 @@ public final class RelayHealth: Sendable {
     }
 
     func recordJoinedGroup() { state.withLock { $0.joinedGroup = true } }
+
+    /// Whether more partitions are paused than flow control wants (for a moment that is
+    /// normal: a reader briefly behind, an assignment being applied).
+    func recordPauseState(unwished: Bool) {
+        state.withLock { state in
+            if !unwished {
+                state.unwishedPauseSince = nil
+            } else if state.unwishedPauseSince == nil {
+                state.unwishedPauseSince = .now
+            }
+        }
+    }
 
     /// Tracks Fleet Engine outages (transient failures with no answer in between) and
     /// logs one line when one begins and one when it ends.
@@ -66,11 +83,17 @@ public final class RelayHealth: Sendable {
 
     func recordSignerSuccess() { state.withLock { $0.signerFailingSince = nil } }
 
-    /// Liveness: the poll loop came round recently.
+    /// Liveness: the poll loop came round recently, and fetching is not paused against
+    /// flow control's wish (a stuck process that only a restart mends).
     public var liveness: [Check] {
-        let age = state.withLock { $0.lastPollAge }()
-        return [Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds,
-                      detail: "last poll \(Int(age)) s ago")]
+        let (lastPollAge, unwishedPauseSince) = state.withLock { ($0.lastPollAge, $0.unwishedPauseSince) }
+        let age = lastPollAge()
+        let unwishedPause = unwishedPauseSince.map { ContinuousClock.now - $0 } ?? .zero
+        return [
+            Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds, detail: "last poll \(Int(age)) s ago"),
+            Check(name: "flow_control", ok: unwishedPause <= Self.unwishedPauseLimit,
+                  detail: unwishedPause > .zero ? "partitions paused without cause for \(unwishedPause.components.seconds) s" : "ok"),
+        ]
     }
 
     /// Readiness: joined the group (an empty assignment counts), the signer is not failing

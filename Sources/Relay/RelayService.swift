@@ -5,9 +5,6 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The relay: consume → decode → batch → coalesce per vehicle → sign → send →
 /// commit. A `Service` for ServiceLifecycle: graceful shutdown stops fetching,
@@ -56,6 +53,7 @@ public final class RelayService: Service, Sendable {
         let (tracker, statistics, epoch) = (self.tracker, self.statistics, self.assignmentEpoch)
         self.dispatcher = VehicleDispatcher(
             pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
+            laneIdleLimit: configuration.vehicleIdleTimeout,
             isCurrent: { tracker.owns($0) }, assignmentEpoch: { epoch.current }
         ) { staleFixes in
             for fix in staleFixes { tracker.finish(fix.source) }
@@ -120,14 +118,12 @@ public final class RelayService: Service, Sendable {
 
     /// Runs on the poll thread inside the revoke callback, after new work on the
     /// partitions stopped: gives requests and dead-letter writes already under way
-    /// up to `revokeDrainTimeout` to finish, so that their offsets are committed
-    /// before another member takes over. Queued records stay uncommitted for it.
+    /// up to `revokeDrainTimeout` (longer than a request may take) to finish, so that
+    /// their offsets are committed before another member takes over and no request of
+    /// this member can land after the next owner's. Queued records stay uncommitted for it.
     private func waitForInFlightWork(in partitions: [TopicPartition]) {
-        let deadline = ContinuousClock.now + configuration.revokeDrainTimeout
-        while !drained.load(ordering: .relaxed), inFlight.count(in: partitions) > 0, ContinuousClock.now < deadline {
-            usleep(2000)
-        }
-        let left = inFlight.count(in: partitions)
+        guard !drained.load(ordering: .relaxed) else { return }
+        let left = inFlight.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
         if left > 0, !drained.load(ordering: .relaxed) {
             logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
         }
@@ -197,9 +193,7 @@ public final class RelayService: Service, Sendable {
         case .accepted:
             for source in request.sources { tracker.finish(source) }
             statistics.recordFinished(.accepted)
-            let sentAsPast = request.update.pastLocations.count
-            statistics.recordFinished(.superseded, count: sentAsPast)
-            statistics.recordFinished(.pastCapExceeded, count: request.carried.count - sentAsPast)
+            statistics.recordFinished(.superseded, count: request.carried.count)
             statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
                                       coalesced: request.sources.count)
         case .stale:
@@ -227,12 +221,27 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// Releases lingering batches, applies flow control and commits on schedule.
+    /// Releases lingering batches and deferred vehicles, applies flow control, and
+    /// runs commits and gauge refreshes each on its own cadence: a slow broker delays
+    /// a commit or the lag gauge, never the release of a batch.
     private func housekeep(_ consumer: KafkaConsumer) async {
-        let tick = Duration.milliseconds(20)
-        var sinceCommit = Duration.zero
-        var sinceGauges = Duration.seconds(5)
-        let gauges = RelayGauges()
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.releaseOnSchedule(consumer) }
+            group.addTask {
+                while (try? await Task.sleep(for: self.configuration.commitInterval)) != nil {
+                    await self.commit(consumer)
+                }
+            }
+            group.addTask {
+                let gauges = RelayGauges()
+                repeat {
+                    await gauges.refresh(consumer: consumer, tracker: self.tracker, tokens: self.tokens)
+                } while (try? await Task.sleep(for: .seconds(5))) != nil
+            }
+        }
+    }
+
+    private func releaseOnSchedule(_ consumer: KafkaConsumer) async {
         while !Task.isCancelled {
             if let batch = batcher.takeIfLingered() {
                 statistics.recordBatch(size: batch.count)
@@ -240,32 +249,31 @@ public final class RelayService: Service, Sendable {
             }
             await dispatcher.releaseDeferred()
             applyFlowControl(consumer)
-            if sinceCommit >= configuration.commitInterval {
-                await commit(consumer)
-                sinceCommit = .zero
-            }
-            if sinceGauges >= .seconds(5) {
-                await gauges.refresh(consumer: consumer, tracker: tracker, tokens: tokens)
-                sinceGauges = .zero
-            }
-            try? await Task.sleep(for: tick)
-            sinceCommit += tick
-            sinceGauges += tick
+            health.recordPauseState(unwished: consumer.pausedPartitionCount > consumer.pauseWish.count && !stopping.load(ordering: .relaxed))
+            try? await Task.sleep(for: .milliseconds(20))
         }
     }
 
-    /// Pauses fetching while too many records are unfinished, so a slow or absent
-    /// Fleet Engine cannot make the relay buffer without bound.
+    /// Pauses fetching for each partition holding its share of `maximumPendingRecords`
+    /// unfinished records, and resumes it once half of that finished. Unfinished records
+    /// are counted, not the window behind the oldest one, so a vehicle stuck in retries
+    /// holds back only its own records (and its partition's commit), never other vehicles.
     private func applyFlowControl(_ consumer: KafkaConsumer) {
         guard !stopping.load(ordering: .relaxed) else { return }
-        let outstanding = tracker.outstanding
-        if outstanding >= configuration.maximumPendingRecords {
-            if !consumer.isPauseRequested { logger.info("Pausing consumption: \(outstanding) records in progress") }
-            consumer.pause()
-        } else if outstanding <= configuration.maximumPendingRecords / 2, consumer.isPauseRequested {
-            logger.info("Resuming consumption")
-            consumer.resume()
+        let unfinished = tracker.unfinishedPerPartition
+        let share = max(1, configuration.maximumPendingRecords / max(1, unfinished.count))
+        let current = consumer.pauseWish
+        let wanted = Set(unfinished.compactMap { partition, count in
+            count >= share || (current.contains(partition) && count > share / 2) ? partition : nil
+        })
+        guard wanted != current else { return }
+        let pausing = wanted.subtracting(current).sorted()
+        let resuming = current.subtracting(wanted).intersection(unfinished.keys).sorted()
+        if !pausing.isEmpty {
+            logger.info("Pausing \(pausing.map(\.description).joined(separator: ", ")): at least \(share) records unfinished each")
         }
+        if !resuming.isEmpty { logger.info("Resuming \(resuming.map(\.description).joined(separator: ", "))") }
+        consumer.setPaused(wanted)
     }
 
     private func commit(_ consumer: KafkaConsumer) async {
@@ -286,7 +294,7 @@ public final class RelayService: Service, Sendable {
     private func drain(_ consumer: KafkaConsumer, processing: Task<Void, Never>) async {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
         stopping.store(true, ordering: .relaxed)
-        consumer.pause()
+        consumer.pauseAll()
         _ = batcher.takeAll()
         await dispatcher.abandonQueued()
         let (timeout, logger) = (configuration.shutdownTimeout, self.logger)
@@ -302,7 +310,7 @@ public final class RelayService: Service, Sendable {
 
     private func logSummary() {
         let totals = statistics.snapshot
-        logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), beyond the past-locations cap \(totals.pastCapExceeded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
+        logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
     }
 }
 

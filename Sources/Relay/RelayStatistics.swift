@@ -14,8 +14,6 @@ public final class RelayStatistics: Sendable {
         case deadLettered = "dead_lettered"
         /// Sent in an accepted request's `pastLocations`.
         case superseded
-        /// Older than a vehicle's newest fix and beyond the `pastLocations` cap: never sent.
-        case pastCapExceeded = "past_cap_exceeded"
         /// Not newer than what Fleet Engine already holds; never sent.
         case stale
     }
@@ -24,7 +22,6 @@ public final class RelayStatistics: Sendable {
     /// Records sent as a request's `lastLocation` and accepted.
     public let accepted = Atomic<Int>(0)
     public let superseded = Atomic<Int>(0)
-    public let pastCapExceeded = Atomic<Int>(0)
     public let stale = Atomic<Int>(0)
     public let deadLettered = Atomic<Int>(0)
     public let requestsAccepted = Atomic<Int>(0)
@@ -60,7 +57,6 @@ public final class RelayStatistics: Sendable {
         case .accepted: accepted.add(count, ordering: .relaxed)
         case .deadLettered: deadLettered.add(count, ordering: .relaxed)
         case .superseded: superseded.add(count, ordering: .relaxed)
-        case .pastCapExceeded: pastCapExceeded.add(count, ordering: .relaxed)
         case .stale: stale.add(count, ordering: .relaxed)
         }
         finishedCounters[outcome]?.increment(by: count)
@@ -104,7 +100,6 @@ public final class RelayStatistics: Sendable {
         public var consumed = 0
         public var accepted = 0
         public var superseded = 0
-        public var pastCapExceeded = 0
         public var stale = 0
         public var deadLettered = 0
         public var requestsAccepted = 0
@@ -113,13 +108,13 @@ public final class RelayStatistics: Sendable {
         public var commits = 0
 
         /// Records that reached a final outcome.
-        public var finished: Int { accepted + superseded + pastCapExceeded + stale + deadLettered }
+        public var finished: Int { accepted + superseded + stale + deadLettered }
     }
 
     public var snapshot: Snapshot {
         Snapshot(
             consumed: consumed.load(ordering: .relaxed), accepted: accepted.load(ordering: .relaxed),
-            superseded: superseded.load(ordering: .relaxed), pastCapExceeded: pastCapExceeded.load(ordering: .relaxed),
+            superseded: superseded.load(ordering: .relaxed),
             stale: stale.load(ordering: .relaxed),
             deadLettered: deadLettered.load(ordering: .relaxed),
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),

@@ -23,10 +23,17 @@ public actor VehicleDispatcher {
         var verifiedEpoch: UInt64?
         var tokenAttempts = 0
         var awaitingTokenSince: ContinuousClock.Instant?
+        /// When the lane last took in a fix or finished a request.
+        var lastActive: ContinuousClock.Instant
+
+        /// Nothing queued, under way or scheduled: the lane holds only what it remembers.
+        var isIdle: Bool { queued.isEmpty && !inFlight && !isReady && !isDeferred }
     }
 
     private let pastLimit: Int
     private let minimumInterval: Duration
+    private let laneIdleLimit: Duration
+    private var nextSweep: ContinuousClock.Instant
     private let isCurrent: @Sendable (RecordSource) -> Bool
     private let assignmentEpoch: @Sendable () -> UInt64?
     private let settleStale: @Sendable ([PendingFix]) -> Void
@@ -44,16 +51,23 @@ public actor VehicleDispatcher {
     ///   - assignmentEpoch: changes with every partition assignment; a vehicle's first request
     ///     in a new epoch asks for a live-location check (nil: never check).
     ///   - settleStale: called (inside the actor) with fixes dropped as stale.
+    ///   - laneIdleLimit: a vehicle with nothing to send for this long is forgotten, so memory
+    ///     follows active vehicles. Its next fix starts a new lane, with a live-location check.
     public init(pastLimit: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
+                laneIdleLimit: Duration = VehicleDispatcher.defaultLaneIdleLimit,
                 isCurrent: @escaping @Sendable (RecordSource) -> Bool = { _ in true },
                 assignmentEpoch: @escaping @Sendable () -> UInt64? = { nil },
                 settleStale: @escaping @Sendable ([PendingFix]) -> Void) {
         self.pastLimit = pastLimit
         self.minimumInterval = minimumInterval
+        self.laneIdleLimit = laneIdleLimit
+        self.nextSweep = .now + laneIdleLimit
         self.isCurrent = isCurrent
         self.assignmentEpoch = assignmentEpoch
         self.settleStale = settleStale
     }
+
+    public static let defaultLaneIdleLimit = Duration.seconds(300)
 
     public var vehicleCount: Int { lanes.count }
 
@@ -62,10 +76,11 @@ public actor VehicleDispatcher {
     /// Vehicles with a request ready to be taken.
     public var readyVehicles: Int { ready.count - readyHead }
 
-    public func submit(_ fixes: [PendingFix]) {
+    public func submit(_ fixes: [PendingFix], now: ContinuousClock.Instant = .now) {
         for fix in fixes {
             let vehicle = fix.update.vehicle
-            lanes[vehicle, default: Lane()].queued.append(fix)
+            lanes[vehicle, default: Lane(lastActive: now)].queued.append(fix)
+            lanes[vehicle]!.lastActive = now
             markReadyIfIdle(vehicle)
         }
         serveWaiters()
@@ -86,6 +101,7 @@ public actor VehicleDispatcher {
         inFlight -= 1
         if var lane = lanes[vehicle] {
             lane.inFlight = false
+            lane.lastActive = .now
             if let newest = newestKnownMilliseconds {
                 lane.newestAcceptedMilliseconds = max(lane.newestAcceptedMilliseconds ?? .min, newest)
             }
@@ -118,13 +134,22 @@ public actor VehicleDispatcher {
         serveWaiters()
     }
 
-    /// Makes vehicles whose minimum interval has passed ready again.
+    /// Makes vehicles whose minimum interval has passed ready again, and now and then
+    /// forgets vehicles idle for longer than the lane idle limit.
     public func releaseDeferred(now: ContinuousClock.Instant = .now) {
         while let vehicle = deferred.popDue(now: now) {
             lanes[vehicle]?.isDeferred = false
             markReadyIfIdle(vehicle, now: now)
         }
         serveWaiters()
+        if now >= nextSweep { removeIdleLanes(now: now) }
+    }
+
+    /// One pass over every lane, at most twice per idle limit: the cost stays a small
+    /// fraction of the work the lanes did meanwhile.
+    private func removeIdleLanes(now: ContinuousClock.Instant) {
+        nextSweep = now + laneIdleLimit / 2
+        lanes = lanes.filter { _, lane in !lane.isIdle || now - lane.lastActive < laneIdleLimit }
     }
 
     /// Stops intake for good: drops everything queued (left uncommitted, so it is
@@ -167,10 +192,11 @@ public actor VehicleDispatcher {
             }
             guard var lane = lanes[vehicle] else { continue }
             lane.isReady = false
-            let (request, stale) = Coalescer.coalesce(
+            let coalesced = Coalescer.coalesce(
                 vehicle: vehicle, fixes: lane.queued.filter { isCurrent($0.source) },
                 newestAcceptedMilliseconds: lane.newestAcceptedMilliseconds, pastLimit: pastLimit)
-            lane.queued = []
+            let (request, stale) = (coalesced.request, coalesced.stale)
+            lane.queued = coalesced.later
             lane.inFlight = request != nil
             if request != nil { lane.lastSentAt = .now }
             lanes[vehicle] = lane

@@ -104,14 +104,17 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Time to finish in-flight work on shutdown before abandoning it (uncommitted): 500ms, 20s, 1m.")
     var shutdownTimeout = DurationArgument(argument: "20s")!
 
-    @Option(help: "Time a revoke waits for the revoked partitions' in-flight work before committing.")
-    var revokeDrainTimeout = DurationArgument(argument: "5s")!
+    @Option(help: "Time a revoke waits for the revoked partitions' requests under way before committing; longer than --request-timeout. Default: --request-timeout plus 5s.")
+    var revokeDrainTimeout: DurationArgument?
 
     @Option(help: "Give up on a failing request after this long and dead-letter it. Default: retry while the process runs.")
     var retryDeadline: DurationArgument?
 
     @Option(help: "At most one request per vehicle per this interval; sooner fixes wait and are coalesced (Fleet Engine suggests 5s).")
     var minIntervalPerVehicle = DurationArgument(argument: "0s")!
+
+    @Option(help: "Forget a vehicle with nothing to send for this long, so memory follows active vehicles; its next fix re-reads its live location first.")
+    var vehicleIdleTimeout = DurationArgument(argument: "5m")!
 
     @Option(help: "First retry delay in milliseconds (exponential backoff with full jitter).")
     var retryInitialMs = 200
@@ -130,15 +133,25 @@ struct PipelineOptions: ParsableArguments {
         }
     }
 
-    func relayConfiguration(kafka: KafkaConfiguration, topic: String, group: String, maxInFlight: Int) -> RelayConfiguration {
+    /// A revoke that gave up before a request's timeout could let that request land after
+    /// the next owner's newer fix.
+    func validate(requestTimeoutSeconds: Int) throws {
+        if let revokeDrainTimeout, revokeDrainTimeout.duration <= .seconds(requestTimeoutSeconds) {
+            throw ValidationError("--revoke-drain-timeout must be longer than --request-timeout (\(requestTimeoutSeconds)s)")
+        }
+    }
+
+    func relayConfiguration(kafka: KafkaConfiguration, topic: String, group: String, maxInFlight: Int,
+                            requestTimeoutSeconds: Int) -> RelayConfiguration {
         RelayConfiguration(
             kafka: kafka, topic: topic, group: group, deadLetterTopic: deadLetterTopic, defaultKind: kind,
             batchSize: batchSize, batchLinger: .milliseconds(batchLingerMs), maximumInFlight: maxInFlight,
             maximumPendingRecords: maxPendingRecords, pastLocationsLimit: maxPastLocations,
             commitInterval: .milliseconds(commitIntervalMs), shutdownTimeout: shutdownTimeout.duration,
             retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)),
-            retryDeadline: retryDeadline?.duration, revokeDrainTimeout: revokeDrainTimeout.duration,
-            minimumIntervalPerVehicle: minIntervalPerVehicle.duration)
+            retryDeadline: retryDeadline?.duration,
+            revokeDrainTimeout: revokeDrainTimeout?.duration ?? .seconds(requestTimeoutSeconds + 5),
+            minimumIntervalPerVehicle: minIntervalPerVehicle.duration, vehicleIdleTimeout: vehicleIdleTimeout.duration)
     }
 }
 

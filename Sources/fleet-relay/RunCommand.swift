@@ -20,6 +20,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Kafka consumer group; replicas sharing it split the topic's partitions.")
     var group = "fleet-relay"
 
+    @Option(help: "Static group membership: a stable id per replica (e.g. a StatefulSet pod's name). A replica that restarts within the session timeout gets its partitions back without a rebalance.")
+    var groupInstanceId: String?
+
     @Option(help: "Port of the ops endpoint (/metrics, /healthz, /readyz); 0 picks a free one.")
     var metricsPort = 9090
 
@@ -34,16 +37,22 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var pipeline: PipelineOptions
     @OptionGroup var logging: LoggingOptions
 
+    func validate() throws {
+        try pipeline.validate(requestTimeoutSeconds: fleetEngine.requestTimeout)
+    }
+
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay")
-        let kafkaConfiguration = try kafka.validatedConfiguration()
+        var kafkaConfiguration = try kafka.validatedConfiguration()
+        if let groupInstanceId { kafkaConfiguration["group.instance.id"] = groupInstanceId }
         let setup = try await signer.makeSigner { logger.warning("\($0)") }
         let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider)
         let client = FleetEngineClient(configuration: clientConfiguration)
         let tokens = signer.makeTokenCache(setup.signer)
         var relayConfiguration = pipeline.relayConfiguration(
-            kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight)
+            kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight,
+            requestTimeoutSeconds: fleetEngine.requestTimeout)
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay: RelayService

@@ -17,9 +17,10 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
 
     @Test func newestBecomesLastLocationAndOlderOnesPastLocationsOldestFirst() throws {
         let fixes = [pendingFix("v", at: 300, offset: 1), pendingFix("v", at: 100, offset: 2), pendingFix("v", at: 200, offset: 3)]
-        let (request, stale) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 100)
-        let coalesced = try #require(request)
-        #expect(stale.isEmpty)
+        let result = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 100)
+        let coalesced = try #require(result.request)
+        #expect(result.stale.isEmpty)
+        #expect(result.later.isEmpty)
         #expect(coalesced.update.lastLocation.recordedAtMilliseconds == 300)
         #expect(coalesced.update.pastLocations.map(\.recordedAtMilliseconds) == [100, 200])
         #expect(Set(coalesced.sources.map(\.offset)) == [1, 2, 3])
@@ -27,22 +28,30 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
 
     @Test func fixesNotNewerThanTheAcceptedOneAreStaleAndNeverSent() throws {
         let fixes = [pendingFix("v", at: 100), pendingFix("v", at: 250), pendingFix("v", at: 200)]
-        let (request, stale) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: 200, pastLimit: 100)
-        #expect(stale.map(\.update.fix.recordedAtMilliseconds).sorted() == [100, 200])
-        #expect(request?.update.lastLocation.recordedAtMilliseconds == 250)
-        #expect(request?.update.pastLocations.isEmpty == true)
-        let (none, allStale) = Coalescer.coalesce(vehicle: vehicle, fixes: [pendingFix("v", at: 50)],
-                                                  newestAcceptedMilliseconds: 200, pastLimit: 100)
-        #expect(none == nil)
-        #expect(allStale.count == 1)
+        let result = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: 200, pastLimit: 100)
+        #expect(result.stale.map(\.update.fix.recordedAtMilliseconds).sorted() == [100, 200])
+        #expect(result.request?.update.lastLocation.recordedAtMilliseconds == 250)
+        #expect(result.request?.update.pastLocations.isEmpty == true)
+        let none = Coalescer.coalesce(vehicle: vehicle, fixes: [pendingFix("v", at: 50)],
+                                      newestAcceptedMilliseconds: 200, pastLimit: 100)
+        #expect(none.request == nil)
+        #expect(none.stale.count == 1)
     }
 
-    @Test func pastLocationsAreCappedKeepingTheNewestButEveryRecordIsCarried() throws {
-        let fixes = (1...10).map { pendingFix("v", at: Int64($0), offset: Int64($0)) }
-        let (request, _) = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 3)
-        let coalesced = try #require(request)
-        #expect(coalesced.update.pastLocations.map(\.recordedAtMilliseconds) == [7, 8, 9])
-        #expect(coalesced.sources.count == 10)
+    @Test func aHistoryLongerThanTheCapGoesOutOldestChunkFirstAndTheRestWaits() throws {
+        let fixes = (1...10).reversed().map { pendingFix("v", at: Int64($0), offset: Int64($0)) }
+        var waiting = fixes
+        var sent: [[Int64]] = []
+        while true {
+            let result = Coalescer.coalesce(vehicle: vehicle, fixes: waiting, newestAcceptedMilliseconds: sent.last?.last,
+                                            pastLimit: 3)
+            guard let request = result.request else { break }
+            #expect(result.stale.isEmpty)
+            #expect(request.sources.count == request.update.pastLocations.count + 1)
+            sent.append(request.update.pastLocations.map(\.recordedAtMilliseconds) + [request.update.lastLocation.recordedAtMilliseconds])
+            waiting = result.later
+        }
+        #expect(sent == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]])
     }
 }
 

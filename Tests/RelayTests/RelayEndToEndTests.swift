@@ -43,8 +43,11 @@ extension IntegrationTests {
             #expect(point?["latitude"]?.numberValue == event.latitude)
             #expect(point?["longitude"]?.numberValue == event.longitude)
         }
-        // Coalescing: far fewer requests than events, yet every fix reached Fleet Engine.
-        #expect(harness.emulator.statistics.locationsReceived == 10_000)
+        // Coalescing: far fewer requests than events, yet every fix reached Fleet Engine,
+        // each exactly once and in its vehicle's order.
+        #expect(harness.lostEvents(generated.events).isEmpty, "\(harness.lostEvents(generated.events).count) fixes lost")
+        #expect(harness.duplicateFixes == 0)
+        #expect(harness.fixesOutOfOrder == 0)
         #expect(totals.requestsAccepted < 10_000)
 
         let end = try await harness.endOffsets()
@@ -106,6 +109,8 @@ extension IntegrationTests {
         }
         #expect(expected.values.allSatisfy { $0.isEmpty }, "every bad record was dead-lettered exactly once")
 
+        let sentGenerated = Array(generated.events.prefix(generatedCount))
+        #expect(harness.lostEvents(sentGenerated).isEmpty, "\(harness.lostEvents(sentGenerated).count) fixes lost")
         for (id, event) in generated.newest where generated.events.prefix(generatedCount).contains(where: { $0.vehicle == id }) {
             let lastSent = generated.events.prefix(generatedCount).filter { $0.vehicle == id }.map(\.recordedAt).max()
             #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == lastSent,
@@ -136,6 +141,8 @@ extension IntegrationTests {
         #expect(totals.deadLettered == 0)
         #expect(totals.retries >= 20)
         #expect(harness.emulator.statistics.updateResponsesByStatus[503] == 15)
+        #expect(harness.lostEvents(generated.events).isEmpty, "\(harness.lostEvents(generated.events).count) fixes lost")
+        #expect(harness.fixesOutOfOrder == 0)
         for (id, event) in generated.newest {
             #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt)
         }

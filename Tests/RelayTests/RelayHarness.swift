@@ -144,6 +144,9 @@ final class RelayHarness: Sendable {
         emulator.statistics.locationsReceived - emulator.vehicles.values.reduce(0) { $0 + $1.receivedFixTimes.count }
     }
 
+    /// Fixes that reached the emulator after a newer fix of their vehicle had.
+    var fixesOutOfOrder: Int { emulator.vehicles.values.reduce(0) { $0 + $1.fixesOutOfOrder } }
+
     /// Accepted updates that moved a vehicle back in time.
     var backwardsUpdates: Int { emulator.vehicles.values.reduce(0) { $0 + $1.backwardsUpdates } }
 
@@ -209,8 +212,10 @@ struct GeneratedEvents {
         self.events = events
     }
 
-    init(vehicles: Int, fixesPerVehicle: Int, prefix: String = "veh-") {
-        let start = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - 60_000
+    /// - Parameter startingAfter: earlier events these follow in time (every fix newer than theirs).
+    init(vehicles: Int, fixesPerVehicle: Int, prefix: String = "veh-", startingAfter earlier: GeneratedEvents? = nil) {
+        let start = earlier.flatMap { $0.events.map(\.recordedAt).max().map { $0 + 1000 } }
+            ?? Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - 60_000
         var events: [Event] = []
         for step in 0..<fixesPerVehicle {
             for index in 0..<vehicles {
