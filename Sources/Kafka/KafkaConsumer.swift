@@ -158,7 +158,7 @@ public final class KafkaConsumer: Sendable {
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let result = rd_kafka_commit(handle.pointer, list, 0)
         if result != RD_KAFKA_RESP_ERR_NO_ERROR {
-            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))")
+            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
         }
         if let failure = RDKafkaTopicPartitionList.firstError(list) {
             throw KafkaError(.commit, "commit failed for \(failure)")

@@ -26,10 +26,13 @@ public final class KafkaProducer: Sendable {
         let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
         let context = ProducerContext(logger: logger)
         context.attach(to: conf)
-        rd_kafka_conf_set_dr_msg_cb(conf) { _, message, _ in
+        rd_kafka_conf_set_dr_msg_cb(conf) { handle, message, _ in
             guard let message, let opaque = message.pointee._private else { return }
             let delivery = Unmanaged<PendingDelivery>.fromOpaque(opaque).takeRetainedValue()
             delivery.complete(message.pointee.err)
+            if let handle, let context = RDKafkaClientContext.from(handle) as? ProducerContext {
+                context.deliveryReported()
+            }
         }
         self.handle = RDKafkaHandle(pointer: try RDKafkaConfig.makeClient(type: RD_KAFKA_PRODUCER, conf: conf))
         self.context = context
@@ -43,21 +46,30 @@ public final class KafkaProducer: Sendable {
         thread.start()
     }
 
-    /// Produces one record and waits for the broker's acknowledgement. Cancelling
-    /// the task stops the wait (the record may still be delivered).
+    /// Produces one record and waits for the broker's acknowledgement. A full local
+    /// queue suspends the task until a delivery report frees room (no thread sleeps).
+    /// Cancelling the task stops the wait (the record may still be delivered).
     /// - Parameter timestampMilliseconds: the record's CreateTime; nil: now.
     public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
                      timestampMilliseconds: Int64? = nil) async throws {
         let delivery = PendingDelivery()
-        try produce(topic: topic, key: key, value: value, headers: headers,
-                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
+        while true {
+            let reportsSeen = context.deliveryReports.load(ordering: .acquiring)
+            let error = produceOnce(topic: topic, key: key, value: value, headers: headers,
+                                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
+            if error == RD_KAFKA_RESP_ERR_NO_ERROR { break }
+            guard error == RD_KAFKA_RESP_ERR__QUEUE_FULL else {
+                throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
+            }
+            try await context.waitForDeliveryReport(after: reportsSeen)
+        }
         let result = await withTaskCancellationHandler {
             await delivery.wait()
         } onCancel: {
             delivery.complete(RD_KAFKA_RESP_ERR__TIMED_OUT)
         }
         guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(.produce, "delivery to \(topic) failed: \(RDKafkaConfig.errorName(result))")
+            throw KafkaError(.produce, "delivery to \(topic) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
         }
     }
 
@@ -97,24 +109,32 @@ public final class KafkaProducer: Sendable {
         }
     }
 
+    /// For `enqueue` callers on threads of their own (feeders): a full local queue blocks
+    /// the calling thread briefly while the poll thread serves deliveries.
     private func produce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
                          timestampMilliseconds: Int64?, delivery: PendingDelivery) throws(KafkaError) {
-        let opaque = Unmanaged.passRetained(delivery).toOpaque()
         var attempts = 0
         while true {
-            let error = RDKafkaProduce.produce(handle.pointer, topic: topic, key: key, value: value,
-                                               headers: headers, timestampMilliseconds: timestampMilliseconds,
-                                               opaque: opaque)
+            let error = produceOnce(topic: topic, key: key, value: value, headers: headers,
+                                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
             if error == RD_KAFKA_RESP_ERR_NO_ERROR { return }
-            // A full local queue drains as the poll thread serves deliveries: wait briefly.
             if error == RD_KAFKA_RESP_ERR__QUEUE_FULL, attempts < 60_000 {
                 attempts += 1
                 usleep(1000)
                 continue
             }
-            Unmanaged<PendingDelivery>.fromOpaque(opaque).release()
-            throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))")
+            throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
         }
+    }
+
+    /// One attempt; on failure librdkafka did not take the record and `delivery` stays unreferenced.
+    private func produceOnce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
+                             timestampMilliseconds: Int64?, delivery: PendingDelivery) -> rd_kafka_resp_err_t {
+        let opaque = Unmanaged.passRetained(delivery).toOpaque()
+        let error = RDKafkaProduce.produce(handle.pointer, topic: topic, key: key, value: value,
+                                           headers: headers, timestampMilliseconds: timestampMilliseconds, opaque: opaque)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR { Unmanaged<PendingDelivery>.fromOpaque(opaque).release() }
+        return error
     }
 }
 
@@ -165,4 +185,38 @@ final class PendingDelivery: Sendable {
 final class ProducerContext: RDKafkaClientContext, @unchecked Sendable {
     let failedDeliveries = Atomic<Int>(0)
     let stopRequested = Atomic<Bool>(false)
+    /// Delivery reports served so far: each frees room in the local queue.
+    let deliveryReports = Atomic<UInt64>(0)
+    private let roomWaiters = Mutex<[UInt64: CheckedContinuation<Void, any Error>]>([:])
+    private let nextWaiter = Atomic<UInt64>(0)
+
+    /// On the poll thread, after each delivery report.
+    func deliveryReported() {
+        deliveryReports.add(1, ordering: .releasing)
+        let waiters = roomWaiters.withLock { waiters in
+            defer { waiters = [:] }
+            return waiters
+        }
+        waiters.values.forEach { $0.resume() }
+    }
+
+    /// Suspends until a delivery report after the `seen`-th one, or throws when cancelled.
+    func waitForDeliveryReport(after seen: UInt64) async throws {
+        let id = nextWaiter.add(1, ordering: .relaxed).newValue
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                roomWaiters.withLock { $0[id] = continuation }
+                // A report that came between the failed attempt and the registration must not be missed.
+                if deliveryReports.load(ordering: .acquiring) != seen || Task.isCancelled {
+                    roomWaiters.withLock { $0.removeValue(forKey: id) }.map { resume($0, cancelled: Task.isCancelled) }
+                }
+            }
+        } onCancel: {
+            roomWaiters.withLock { $0.removeValue(forKey: id) }.map { $0.resume(throwing: CancellationError()) }
+        }
+    }
+
+    private func resume(_ continuation: CheckedContinuation<Void, any Error>, cancelled: Bool) {
+        if cancelled { continuation.resume(throwing: CancellationError()) } else { continuation.resume() }
+    }
 }

@@ -2,9 +2,12 @@ import Kafka
 import Logging
 
 /// Writes rejected records to the dead-letter topic, value and key unchanged,
-/// with the headers events.md names. A record counts as finished only once the
-/// broker acknowledged its dead letter; failed writes are retried until they
-/// succeed or shutdown abandons them (then they stay uncommitted).
+/// with the fleet-relay-error, -detail and -source headers. A record counts as
+/// finished only once the broker acknowledged its dead letter; failed writes are
+/// retried with capped backoff until they succeed or shutdown abandons them (then
+/// they stay uncommitted). A permanent refusal (topic missing, not authorized,
+/// record too large) is logged once with its reason and turns readiness off
+/// naming the topic, until a write succeeds.
 ///
 /// Threading: `submit` may be called from any task; `run` drives the writes.
 public final class DeadLetterWriter: Sendable {
@@ -18,12 +21,15 @@ public final class DeadLetterWriter: Sendable {
     private let producer: KafkaProducer
     private let retryPolicy: RetryPolicy
     private let logLimiter: LogLimiter
+    private let health: RelayHealth
     private let logger: Logger
     private let letters: AsyncStream<(Letter, @Sendable () -> Void)>
     private let intake: AsyncStream<(Letter, @Sendable () -> Void)>.Continuation
 
-    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter, logger: Logger) {
+    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter,
+                health: RelayHealth, logger: Logger) {
         self.topic = topic
+        self.health = health
         self.producer = producer
         self.retryPolicy = retryPolicy
         self.logLimiter = logLimiter
@@ -61,13 +67,12 @@ public final class DeadLetterWriter: Sendable {
         while !Task.isCancelled {
             do {
                 try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
+                if health.recordDeadLetterWritten() {
+                    logger.notice("Dead-letter topic \(topic) takes records again")
+                }
                 return true
             } catch {
-                let (allowed, suppressed) = logLimiter.allow("dead-letter")
-                if allowed {
-                    logger.error("Dead letter for \(letter.source.description) not written, retrying: \(error)",
-                                 metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-                }
+                report(error, for: letter)
                 do {
                     try await Task.sleep(for: retryPolicy.delay(attempt: attempt))
                 } catch {
@@ -77,5 +82,20 @@ public final class DeadLetterWriter: Sendable {
             }
         }
         return false
+    }
+
+    private func report(_ error: any Error, for letter: Letter) {
+        let kafkaError = error as? KafkaError
+        let permanent = kafkaError?.isPermanent ?? false
+        let reason = kafkaError?.codeName ?? "produce_failed"
+        if health.recordDeadLetterFailure(topic: topic, reason: reason, permanent: permanent) {
+            logger.error("Dead-letter topic \(topic) refuses records (\(reason)): \(error). Records wait uncommitted and are retried; /readyz reports dead_letter_topic until a write succeeds")
+        }
+        guard !permanent else { return }  // said once above; every retry would say it again
+        let (allowed, suppressed) = logLimiter.allow("dead-letter")
+        if allowed {
+            logger.warning("Dead letter for \(letter.source.description) not written, retrying: \(error)",
+                           metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+        }
     }
 }

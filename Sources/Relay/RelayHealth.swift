@@ -20,6 +20,14 @@ public final class RelayHealth: Sendable {
         var lastPollAge: @Sendable () -> Double = { 0 }
         /// Since when partitions are paused that flow control does not want paused.
         var unwishedPauseSince: ContinuousClock.Instant?
+        var deadLetterFailure: DeadLetterFailure?
+    }
+
+    private struct DeadLetterFailure {
+        let topic: String
+        var reason: String
+        var permanent: Bool
+        let since: ContinuousClock.Instant
     }
 
     /// A poll loop silent for longer than this makes the process unhealthy.
@@ -83,6 +91,29 @@ public final class RelayHealth: Sendable {
 
     func recordSignerSuccess() { state.withLock { $0.signerFailingSince = nil } }
 
+    /// A dead letter could not be written. Returns true when this is the first permanent
+    /// refusal since the last success: the caller logs it once, with its reason.
+    func recordDeadLetterFailure(topic: String, reason: String, permanent: Bool) -> Bool {
+        state.withLock { state in
+            let wasPermanent = state.deadLetterFailure?.permanent ?? false
+            if state.deadLetterFailure == nil {
+                state.deadLetterFailure = DeadLetterFailure(topic: topic, reason: reason, permanent: permanent, since: .now)
+            } else {
+                state.deadLetterFailure!.reason = reason
+                state.deadLetterFailure!.permanent = permanent || wasPermanent
+            }
+            return permanent && !wasPermanent
+        }
+    }
+
+    /// A dead letter was written. Returns true when writes had been failing.
+    func recordDeadLetterWritten() -> Bool {
+        state.withLock { state in
+            defer { state.deadLetterFailure = nil }
+            return state.deadLetterFailure != nil
+        }
+    }
+
     /// Liveness: the poll loop came round recently, and fetching is not paused against
     /// flow control's wish (a stuck process that only a restart mends).
     public var liveness: [Check] {
@@ -101,6 +132,7 @@ public final class RelayHealth: Sendable {
     public var readiness: [Check] {
         let now = ContinuousClock.now
         let current = state.withLock { ($0.joinedGroup, $0.fleetEngineOutageSince, $0.signerFailingSince) }
+        let deadLetters = state.withLock { $0.deadLetterFailure }
         func withinLimit(_ since: ContinuousClock.Instant?) -> Bool { since.map { now - $0 <= maximumOutage } ?? true }
         func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
             since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
@@ -109,6 +141,16 @@ public final class RelayHealth: Sendable {
             Check(name: "consumer_group", ok: current.0, detail: current.0 ? "joined" : "not joined yet"),
             Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
             Check(name: "fleet_engine", ok: withinLimit(current.1), detail: describe(current.1, "unavailable")),
+            deadLetterCheck(deadLetters, now: now),
         ]
+    }
+
+    /// A permanent refusal fails at once (nothing drains until an operator acts); other
+    /// failures only once they outlast the outage limit.
+    private func deadLetterCheck(_ failure: DeadLetterFailure?, now: ContinuousClock.Instant) -> Check {
+        guard let failure else { return Check(name: "dead_letter_topic", ok: true, detail: "ok") }
+        let seconds = (now - failure.since).components.seconds
+        return Check(name: "dead_letter_topic", ok: !failure.permanent && now - failure.since <= maximumOutage,
+                     detail: "\(failure.topic) refuses records (\(failure.reason)) for \(seconds) s")
     }
 }

@@ -13,6 +13,7 @@ public enum RelayMetricNames {
         "fleet_relay_end_to_end_seconds": "Time from an event's recorded_at to Fleet Engine accepting it.",
         "fleet_relay_consumer_lag": "High watermark minus committed offset, by topic and partition.",
         "fleet_relay_committed_offset": "Last committed offset, by topic and partition.",
+        "fleet_relay_oldest_unfinished_seconds": "Age of the partition's oldest unfinished record, which holds its commit (0 when none waits).",
         "fleet_relay_tokens_minted_total": "Vehicle tokens minted, by signer.",
         "fleet_relay_token_cache_hits_total": "Token requests answered from the cache.",
         "fleet_relay_token_cache_size": "Vehicle tokens held in the cache.",

@@ -43,10 +43,14 @@ public final class RelayService: Service, Sendable {
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
         self.batcher = Batcher(maximumSize: configuration.batchSize, linger: configuration.batchLinger)
-        let producerProperties = configuration.kafka.properties.merging(["message.timeout.ms": "30000"]) { user, _ in user }
+        // A dead letter carries the consumed record whole, plus headers: the producer must take
+        // anything the consumer can hand over (the broker's topic limit still applies).
+        let producerProperties = configuration.kafka.properties.merging(
+            ["message.timeout.ms": "30000", "message.max.bytes": String(Self.deadLetterMaximumBytes)]) { user, _ in user }
         self.producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
         self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
-                                            retryPolicy: configuration.retryPolicy, logLimiter: logLimiter, logger: logger)
+                                            retryPolicy: configuration.retryPolicy, logLimiter: logLimiter,
+                                            health: health, logger: logger)
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
                                          retryDeadline: configuration.retryDeadline, statistics: statistics,
                                          health: health, logLimiter: logLimiter, logger: logger)
@@ -60,6 +64,10 @@ public final class RelayService: Service, Sendable {
             statistics.recordFinished(.stale, count: staleFixes.count)
         }
     }
+
+    /// Room for a record as large as Kafka's default fetch limit per partition (1 MiB)
+    /// several times over, plus the dead-letter headers.
+    static let deadLetterMaximumBytes = 4 * 1024 * 1024
 
     // MARK: Observation
 

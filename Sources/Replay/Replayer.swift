@@ -232,7 +232,7 @@ public final class Replayer: Sendable {
         guard let topic = configuration.deadLetterTopic, !configuration.dryRun else { return nil }
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
-                                logLimiter: LogLimiter(), logger: logger)
+                                logLimiter: LogLimiter(), health: health, logger: logger)
     }
 
     // MARK: Sending

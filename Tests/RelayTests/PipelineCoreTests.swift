@@ -109,7 +109,7 @@ extension IntegrationTests {
             try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
             try await running.stop()
 
-            #expect(harness.lostEvents(generated.events).isEmpty, "\(harness.lostEvents(generated.events).count) fixes lost")
+            #expect(harness.lostEvents(generated.events).count == 0, "fixes lost")
             let vehicle = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "veh-0")))
             #expect(vehicle.fixesOutOfOrder == 0)
             #expect(vehicle.updates >= 3, "at most 101 fixes per request")
@@ -117,7 +117,86 @@ extension IntegrationTests {
             #expect(harness.backwardsUpdates == 0)
             await harness.shutdown()
         }
+
+        /// 100,000 vehicles report once each, then go quiet: the relay forgets them, so
+        /// memory follows the vehicles that are active, not every vehicle ever seen.
+        @Test func vehiclesThatWentQuietAreForgotten() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            let passing = GeneratedEvents(vehicles: 100_000, fixesPerVehicle: 1, prefix: "passing-")
+            try await harness.produce(passing.events.map(\.record))
+            // One wildcard token for every vehicle: the test is about lanes, not about minting 100,000 tokens.
+            let tokens = TokenCache(signer: LocalKeySigner(key: harness.key), wildcard: true)
+            let running = try harness.startRelay(group: "relay", tokens: tokens) { $0.vehicleIdleTimeout = .seconds(2) }
+            try await eventually("every record is finished", timeout: .seconds(900)) {
+                running.relay.statistics.snapshot.finished == passing.events.count
+            }
+            let active = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1, prefix: "active-", startingAfter: passing)
+            try await harness.produce(active.events.map(\.record))
+            try await eventually("the active vehicles' fixes arrive") { harness.lostEvents(active.events).isEmpty }
+            try await eventually("only about the active vehicles are remembered", timeout: .seconds(120)) {
+                await running.relay.vehicleCount <= 100
+            }
+            try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
+            try await running.stop()
+            #expect(harness.lostEvents(passing.events).count == 0, "fixes lost")
+            #expect(harness.backwardsUpdates == 0)
+            await harness.shutdown()
+        }
+
+        /// The dead-letter topic does not exist: the relay says so on /readyz, holds the
+        /// commit at the bad record without spinning, and drains once the topic exists.
+        @Test func aMissingDeadLetterTopicHoldsTheCommitAndTurnsReadinessOff() async throws {
+            let harness = try await RelayHarness(partitions: 1)
+            let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1)
+            var records = generated.events.map(\.record)
+            records.insert((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\"}".utf8)), at: 5)  // offset 5 is bad
+            try await harness.produce(records)
+            // The mock cluster creates topics on first use, so the topic is made missing in its metadata.
+            let missingTopic = harness.topic + ".missing-dlq"
+            try harness.cluster.createTopic(missingTopic, partitions: 1)
+            harness.cluster.setTopicError(missingTopic, error: 3)  // UNKNOWN_TOPIC_OR_PART
+
+            let running = try harness.startRelay(group: "relay") { configuration in
+                configuration.deadLetterTopic = missingTopic
+                configuration.kafka["topic.metadata.propagation.max.ms"] = "1000"
+                configuration.retryPolicy = RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .seconds(1))
+            }
+            try await eventually("/readyz names the dead-letter topic") {
+                running.relay.health.readiness.contains { !$0.ok && $0.name == "dead_letter_topic" && $0.detail.contains(missingTopic) }
+            }
+            try await eventually("the good records are committed up to the bad one") {
+                try await harness.committedOffsets(group: "relay")[0] == .some(5)
+            }
+            let cpuBefore = processCPUSeconds()
+            let wallBefore = ContinuousClock.now
+            try await Task.sleep(for: .seconds(5))  // the span CPU is measured over, not a wait for a condition
+            let cpuShare = (processCPUSeconds() - cpuBefore) / (ContinuousClock.now - wallBefore).seconds
+            #expect(cpuShare < 0.5, "the relay, emulator and mock cluster used \(cpuShare) of a core while retrying")
+            #expect(try await harness.committedOffsets(group: "relay")[0] == .some(5), "the commit holds at the bad record")
+
+            harness.cluster.setTopicError(missingTopic, error: 0)
+            try await eventually("the dead letter is written once the topic exists", timeout: .seconds(180)) {
+                running.relay.statistics.snapshot.deadLettered == 1
+            }
+            try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
+            #expect(running.relay.health.readiness.allSatisfy { $0.ok })
+            try await running.stop()
+            let letters = try await harness.read(topic: missingTopic, count: 1)
+            #expect(letters.first?.header("fleet-relay-error") == "missing_field")
+            await harness.shutdown()
+        }
     }
+}
+
+/// CPU time this process used so far (user plus system), in seconds.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 /// The value of one series on a relay's `/metrics`, e.g. `name{label="x"}`; throws when absent.

@@ -60,9 +60,11 @@ extension IntegrationTests {
             let (peak, sawPause) = await sampler.value
             try await running.stop()
 
-            // The cap, plus what may arrive before the pause takes effect: the chunk that
-            // crossed it, the chunks buffered for the reader and one being polled.
-            let bound = cap + (KafkaConsumer.maximumBufferedChunks + 2) * KafkaConsumer.maximumChunkSize
+            // The cap, plus what each partition may still receive once it crossed its share
+            // (a quarter of the cap here) before its pause takes effect: the chunk that crossed
+            // it, the chunks buffered for the reader and one being polled.
+            let inThePipe = (KafkaConsumer.maximumBufferedChunks + 2) * KafkaConsumer.maximumChunkSize
+            let bound = cap + harness.partitions * inThePipe
             #expect(peak <= bound, "peak \(peak) records pending")
             #expect(sawPause)
             #expect((harness.emulator.statistics.responsesByStatus[503] ?? 0) > 0)

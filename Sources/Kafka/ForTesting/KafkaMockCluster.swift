@@ -51,6 +51,12 @@ public final class KafkaMockCluster: Sendable {
         rd_kafka_mock_broker_set_up(cluster.pointer, brokerId)
     }
 
+    /// Makes metadata answer `error` for the topic (3 UNKNOWN_TOPIC_OR_PART: as if it did not
+    /// exist; 29 TOPIC_AUTHORIZATION_FAILED), until set back to 0.
+    public func setTopicError(_ topic: String, error: Int32) {
+        rd_kafka_mock_topic_set_error(cluster.pointer, topic, rd_kafka_resp_err_t(error))
+    }
+
     /// Makes the next `count` requests of the given Kafka API fail with `error`
     /// (a Kafka protocol error code, e.g. 16 NOT_COORDINATOR for OffsetCommit, API key 8).
     public func failNextRequests(apiKey: Int16, error: Int32, count: Int) {

@@ -9,83 +9,72 @@ enum RDKafkaProduce {
         topic.withCString { topicName in
             value.withUnsafeBytes { valueBytes in
                 withOptionalBytes(key) { keyBytes in
-                    withHeaderNames(headers) { headerNames in
-                        var values: [rd_kafka_vu_t] = []
-                        var vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_TOPIC
-                        vu.u.cstr = topicName
-                        values.append(vu)
+                    var values: [rd_kafka_vu_t] = []
+                    var vu = rd_kafka_vu_t()
+                    vu.vtype = RD_KAFKA_VTYPE_TOPIC
+                    vu.u.cstr = topicName
+                    values.append(vu)
+                    vu = rd_kafka_vu_t()
+                    vu.vtype = RD_KAFKA_VTYPE_VALUE
+                    vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: valueBytes.baseAddress)
+                    vu.u.mem.size = valueBytes.count
+                    values.append(vu)
+                    if let keyBytes {
                         vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_VALUE
-                        vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: valueBytes.baseAddress)
-                        vu.u.mem.size = valueBytes.count
+                        vu.vtype = RD_KAFKA_VTYPE_KEY
+                        vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: keyBytes.baseAddress)
+                        vu.u.mem.size = keyBytes.count
                         values.append(vu)
-                        if let keyBytes {
-                            vu = rd_kafka_vu_t()
-                            vu.vtype = RD_KAFKA_VTYPE_KEY
-                            vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: keyBytes.baseAddress)
-                            vu.u.mem.size = keyBytes.count
-                            values.append(vu)
-                        }
-                        if let timestampMilliseconds {
-                            vu = rd_kafka_vu_t()
-                            vu.vtype = RD_KAFKA_VTYPE_TIMESTAMP
-                            vu.u.i64 = timestampMilliseconds
-                            values.append(vu)
-                        }
+                    }
+                    if let timestampMilliseconds {
                         vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_MSGFLAGS
-                        vu.u.i = RD_KAFKA_MSG_F_COPY
+                        vu.vtype = RD_KAFKA_VTYPE_TIMESTAMP
+                        vu.u.i64 = timestampMilliseconds
                         values.append(vu)
+                    }
+                    vu = rd_kafka_vu_t()
+                    vu.vtype = RD_KAFKA_VTYPE_MSGFLAGS
+                    vu.u.i = RD_KAFKA_MSG_F_COPY
+                    values.append(vu)
+                    vu = rd_kafka_vu_t()
+                    vu.vtype = RD_KAFKA_VTYPE_OPAQUE
+                    vu.u.ptr = opaque
+                    values.append(vu)
+                    // One header list owned by the caller until the produce succeeds: librdkafka
+                    // 2.0's per-header form (VTYPE_HEADER) frees its list twice when a produce fails.
+                    let list = headers.isEmpty ? nil : headerList(headers)
+                    if let list {
                         vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_OPAQUE
-                        vu.u.ptr = opaque
+                        vu.vtype = RD_KAFKA_VTYPE_HEADERS
+                        vu.u.headers = list
                         values.append(vu)
-                        return withHeaderValues(headers, names: headerNames, into: values) { allValues in
-                            allValues.withUnsafeBufferPointer { buffer in
-                                guard let error = rd_kafka_produceva(handle, buffer.baseAddress, buffer.count) else {
-                                    return RD_KAFKA_RESP_ERR_NO_ERROR
-                                }
-                                defer { rd_kafka_error_destroy(error) }
-                                return rd_kafka_error_code(error)
-                            }
+                    }
+                    return values.withUnsafeBufferPointer { buffer in
+                        guard let error = rd_kafka_produceva(handle, buffer.baseAddress, buffer.count) else {
+                            return RD_KAFKA_RESP_ERR_NO_ERROR
                         }
+                        defer { rd_kafka_error_destroy(error) }
+                        if let list { rd_kafka_headers_destroy(list) }
+                        return rd_kafka_error_code(error)
                     }
                 }
             }
         }
     }
 
+    /// A librdkafka header list (values copied in).
+    private static func headerList(_ headers: [KafkaHeader]) -> OpaquePointer {
+        let list = rd_kafka_headers_new(headers.count)!
+        for header in headers {
+            header.value.withUnsafeBytes { bytes in
+                _ = rd_kafka_header_add(list, header.name, -1, bytes.baseAddress, bytes.count)
+            }
+        }
+        return list
+    }
+
     private static func withOptionalBytes<R>(_ bytes: [UInt8]?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
         guard let bytes else { return body(nil) }
         return bytes.withUnsafeBytes { body($0) }
-    }
-
-    /// Header names as C strings that stay valid for the duration of `body`.
-    private static func withHeaderNames<R>(_ headers: [KafkaHeader], _ body: ([UnsafeMutablePointer<CChar>]) -> R) -> R {
-        let names = headers.map { strdup($0.name)! }
-        defer { names.forEach { free($0) } }
-        return body(names)
-    }
-
-    private static func withHeaderValues<R>(_ headers: [KafkaHeader], names: [UnsafeMutablePointer<CChar>],
-                                            into values: [rd_kafka_vu_t], _ body: ([rd_kafka_vu_t]) -> R) -> R {
-        // Header values are copied by librdkafka; they only need to outlive the call.
-        let buffers = headers.map { header -> UnsafeMutableRawBufferPointer in
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(header.value.count, 1), alignment: 1)
-            buffer.copyBytes(from: header.value)
-            return buffer
-        }
-        defer { buffers.forEach { $0.deallocate() } }
-        var all = values
-        for (index, header) in headers.enumerated() {
-            var vu = rd_kafka_vu_t()
-            vu.vtype = RD_KAFKA_VTYPE_HEADER
-            vu.u.header.name = UnsafePointer(names[index])
-            vu.u.header.val = UnsafeRawPointer(buffers[index].baseAddress)
-            vu.u.header.size = header.value.count
-            all.append(vu)
-        }
-        return body(all)
     }
 }
