@@ -138,6 +138,8 @@ extension IntegrationTests {
             }
             try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
             try await running.stop()
+            let totals = running.relay.statistics.snapshot
+            #expect(totals.deadLettered == 0)
             #expect(harness.lostEvents(passing.events).count == 0, "fixes lost")
             #expect(harness.backwardsUpdates == 0)
             await harness.shutdown()
@@ -147,10 +149,7 @@ extension IntegrationTests {
         /// commit at the bad record without spinning, and drains once the topic exists.
         @Test func aMissingDeadLetterTopicHoldsTheCommitAndTurnsReadinessOff() async throws {
             let harness = try await RelayHarness(partitions: 1)
-            let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1)
-            var records = generated.events.map(\.record)
-            records.insert((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\"}".utf8)), at: 5)  // offset 5 is bad
-            try await harness.produce(records)
+            try await harness.produceTenFixesWithABadRecordAtOffsetFive()
             // The mock cluster creates topics on first use, so the topic is made missing in its metadata.
             let missingTopic = harness.topic + ".missing-dlq"
             try harness.cluster.createTopic(missingTopic, partitions: 1)

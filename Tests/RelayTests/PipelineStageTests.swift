@@ -112,6 +112,21 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         tracker.finish(RecordSource(record(0)))
         #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 20_000)])
     }
+
+    @Test func aStuckRecordHoldsItsPartitionsCommitButCountsAsOneUnfinishedRecord() {
+        let tracker = OffsetTracker()
+        let other = TopicPartition(topic: "t", partition: 1)
+        tracker.assign([partition, other], generation: 1)
+        let start = ContinuousClock.now
+        for offset: Int64 in 0..<1000 { _ = tracker.register(record(offset), now: start + .milliseconds(offset)) }
+        for offset: Int64 in 0..<1000 where offset != 3 { tracker.finish(RecordSource(record(offset))) }
+        #expect(tracker.unfinishedPerPartition == [partition: 1, other: 0])
+        #expect(tracker.committableOffsets() == [TopicPartitionOffset(partition, offset: 3)])
+        let ages = tracker.oldestUnfinishedAge(now: start + .seconds(10))
+        #expect(ages[partition] == .seconds(10) - .milliseconds(3))
+        #expect(ages[other] == .zero)
+        #expect(tracker.uncommitted == 1000)
+    }
 }
 
 @Suite struct BatcherAndRetryTests {

@@ -282,10 +282,7 @@ extension IntegrationTests.RelayFaultTests {
 extension IntegrationTests.RelayFaultTests {
     @Test func partitionCommitWaitsWhileTheDeadLetterTopicIsUnavailable() async throws {
         let harness = try await RelayHarness(partitions: 1)
-        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1)
-        var records = generated.events.map(\.record)
-        records.insert((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\"}".utf8)), at: 5)  // offset 5 is bad
-        try await harness.produce(records)
+        try await harness.produceTenFixesWithABadRecordAtOffsetFive()
         // Produce requests (the dead-letter writes) fail with NOT_LEADER_FOR_PARTITION for a while.
         harness.cluster.failNextRequests(apiKey: 0, error: 6, count: 100)
 

@@ -62,6 +62,14 @@ final class RelayHarness: Sendable {
         guard flushed, failed == 0 else { throw FixtureError(message: "produce failed: \(failed) undelivered") }
     }
 
+    /// Ten vehicles' fixes with, at offset 5 of a one-partition topic, a record that has no
+    /// fix (dead-lettered as `missing_field`).
+    func produceTenFixesWithABadRecordAtOffsetFive() async throws {
+        var records = GeneratedEvents(vehicles: 10, fixesPerVehicle: 1).events.map(\.record)
+        records.insert((Array("veh-0".utf8), Array("{\"vehicle_id\": \"veh-0\"}".utf8)), at: 5)
+        try await produce(records)
+    }
+
     /// A relay running under a ServiceGroup, as the command line runs it.
     struct RunningRelay: Sendable {
         let relay: RelayService
@@ -215,12 +223,12 @@ struct GeneratedEvents {
     /// - Parameter startingAfter: earlier events these follow in time (every fix newer than theirs).
     init(vehicles: Int, fixesPerVehicle: Int, prefix: String = "veh-", startingAfter earlier: GeneratedEvents? = nil) {
         let start = earlier.flatMap { $0.events.map(\.recordedAt).max().map { $0 + 1000 } }
-            ?? Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - 60_000
+            ?? Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle) * 1000 - Int64(vehicles) - 60_000
         var events: [Event] = []
         for step in 0..<fixesPerVehicle {
             for index in 0..<vehicles {
                 events.append(Event(vehicle: "\(prefix)\(index)", latitude: 37 + Double(step) / 1000,
-                                    longitude: -122 - Double(index) / 1000, recordedAt: start + Int64(step) * 1000 + Int64(index)))
+                                    longitude: -122 - Double(index % 50_000) / 1000, recordedAt: start + Int64(step) * 1000 + Int64(index)))
             }
         }
         self.events = events
