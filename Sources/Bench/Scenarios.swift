@@ -89,7 +89,7 @@ struct Scenarios {
             for index in 0..<vehicles {
                 let time = base + Int64(step) * 5000 + Int64(index % 5000)
                 let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: time)
-                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
             }
         }
         guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
@@ -239,7 +239,7 @@ extension Scenarios {
         let now = Int64(Date().timeIntervalSince1970 * 1000) - 10_000
         for index in 0..<vehicles {
             let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: now)
-            try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+            try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
         }
         guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
             throw BenchError("producing the first round failed (\(producer.failedDeliveries) undelivered)")
@@ -277,7 +277,7 @@ final class SteadyFeeder: @unchecked Sendable {
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             while produced < due {
                 let event = fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / Double(rate), recordedAtMilliseconds: now)
-                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
                 produced += 1
                 index = (index + 1) % vehicles
             }

@@ -13,21 +13,33 @@ public enum FleetEngineOutcome: Sendable, Equatable {
     public static func classify(status: Int, retryAfterSeconds: Double? = nil) -> FleetEngineOutcome {
         switch status {
         case 200..<300: .accepted
-        case 400: .rejected(reason: "fleet_engine_invalid")
+        case 400: .rejected(reason: Reason.invalid)
         case 401: .unauthenticated
         case 403: .permissionDenied
-        case 404: .rejected(reason: "vehicle_not_found")
+        case 404: .rejected(reason: Reason.vehicleNotFound)
         case 408, 429, 500..<600: .transient(cause: "http_\(status)", retryAfterSeconds: retryAfterSeconds)
-        default: .rejected(reason: "fleet_engine_rejected")
+        default: .rejected(reason: Reason.otherRejection)
         }
+    }
+
+    /// Dead-letter reasons of Fleet Engine's answers.
+    public enum Reason {
+        static let invalid = "fleet_engine_invalid"
+        static let vehicleNotFound = "vehicle_not_found"
+        static let otherRejection = "fleet_engine_rejected"
+        static let unauthenticated = "unauthenticated"
+        static let permissionDenied = "permission_denied"
+
+        /// Every reason an answer can dead-letter records for.
+        public static let all = [invalid, vehicleNotFound, otherRejection, unauthenticated, permissionDenied]
     }
 
     /// The dead-letter reason when the authentication retry also failed.
     public var deadLetterReason: String {
         switch self {
         case .accepted: ""
-        case .unauthenticated: "unauthenticated"
-        case .permissionDenied: "permission_denied"
+        case .unauthenticated: Reason.unauthenticated
+        case .permissionDenied: Reason.permissionDenied
         case .rejected(let reason): reason
         case .transient(let cause, _): cause
         }

@@ -38,7 +38,7 @@ public struct FleetFeeder: Sendable {
                 let value = fleet.chance(malformedShare)
                     ? fleet.malformedEvent(vehicle: index)
                     : fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock())
-                try producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(value.utf8))
+                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(value.utf8))
                 produced += 1
             }
             try? await Task.sleep(for: tick)

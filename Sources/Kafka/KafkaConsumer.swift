@@ -144,6 +144,10 @@ public final class KafkaConsumer: Sendable {
     /// Assigned partitions whose fetching is paused now, by wish or because the reader fell behind.
     public var pausedPartitionCount: Int { context.pausedPartitionCount.load(ordering: .relaxed) }
 
+    /// Assigned partitions paused although the wish does not name them (the reader is behind,
+    /// or the poll loop failed to apply the wish); zero once `pauseAll` is in force.
+    public var pausedAgainstWish: Int { context.pausedAgainstWish.load(ordering: .relaxed) }
+
     /// Seconds since the poll loop last came round; a large value means it is stuck.
     public var secondsSinceLastPoll: Double {
         let last = context.lastPollUptimeNanoseconds.load(ordering: .relaxed)
@@ -212,6 +216,7 @@ public final class KafkaConsumer: Sendable {
                 applied = wanted
             }
             context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
+            context.pausedAgainstWish.store(pauseAll ? 0 : applied.subtracting(wish).count, ordering: .relaxed)
             let chunk = pollChunk(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100)
             if !chunk.isEmpty {
                 context.readerGate.add()
@@ -231,16 +236,8 @@ public final class KafkaConsumer: Sendable {
     }
 
     private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {
-        if !pause.isEmpty {
-            let list = RDKafkaTopicPartitionList.make(pause.sorted())
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            rd_kafka_pause_partitions(handle.pointer, list)
-        }
-        if !resume.isEmpty {
-            let list = RDKafkaTopicPartitionList.make(resume.sorted())
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            rd_kafka_resume_partitions(handle.pointer, list)
-        }
+        RDKafkaFetchControl.pause(handle.pointer, pause)
+        RDKafkaFetchControl.resume(handle.pointer, resume)
         if !pause.isEmpty || !resume.isEmpty {
             logger.debug("Kafka consumer paused \(pause.count), resumed \(resume.count) partitions")
         }
@@ -265,6 +262,7 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
+    let pausedAgainstWish = Atomic<Int>(0)
     /// Chunks yielded to `records` and not yet taken by the reader.
     let readerGate = ReaderGate()
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
@@ -398,7 +396,7 @@ final class ReaderGate: @unchecked Sendable {  // every member is guarded by `co
         condition.unlock()
     }
 
-    /// Ends the current wait early (a stop or a pause for good).
+    /// Ends the current wait early (a stop).
     func wake() {
         condition.lock()
         woken = true

@@ -46,23 +46,14 @@ public final class KafkaProducer: Sendable {
         thread.start()
     }
 
-    /// Produces one record and waits for the broker's acknowledgement. A full local
-    /// queue suspends the task until a delivery report frees room (no thread sleeps).
-    /// Cancelling the task stops the wait (the record may still be delivered).
+    /// Produces one record and waits for the broker's acknowledgement. Cancelling
+    /// the task stops the wait (the record may still be delivered).
     /// - Parameter timestampMilliseconds: the record's CreateTime; nil: now.
     public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
                      timestampMilliseconds: Int64? = nil) async throws {
         let delivery = PendingDelivery()
-        while true {
-            let reportsSeen = context.deliveryReports.load(ordering: .acquiring)
-            let error = produceOnce(topic: topic, key: key, value: value, headers: headers,
-                                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
-            if error == RD_KAFKA_RESP_ERR_NO_ERROR { break }
-            guard error == RD_KAFKA_RESP_ERR__QUEUE_FULL else {
-                throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
-            }
-            try await context.waitForDeliveryReport(after: reportsSeen)
-        }
+        try await produce(topic: topic, key: key, value: value, headers: headers,
+                          timestampMilliseconds: timestampMilliseconds, delivery: delivery)
         let result = await withTaskCancellationHandler {
             await delivery.wait()
         } onCancel: {
@@ -73,14 +64,15 @@ public final class KafkaProducer: Sendable {
         }
     }
 
-    /// Queues one record without waiting for it; delivery failures are counted in `failedDeliveries`.
+    /// Queues one record without waiting for its acknowledgement; delivery failures are
+    /// counted in `failedDeliveries`.
     public func enqueue(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
-                        timestampMilliseconds: Int64? = nil) throws(KafkaError) {
+                        timestampMilliseconds: Int64? = nil) async throws {
         let delivery = PendingDelivery { [context] result in
             if result != RD_KAFKA_RESP_ERR_NO_ERROR { context.failedDeliveries.add(1, ordering: .relaxed) }
         }
-        try produce(topic: topic, key: key, value: value, headers: headers,
-                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
+        try await produce(topic: topic, key: key, value: value, headers: headers,
+                          timestampMilliseconds: timestampMilliseconds, delivery: delivery)
     }
 
     public var failedDeliveries: Int { context.failedDeliveries.load(ordering: .relaxed) }
@@ -109,21 +101,19 @@ public final class KafkaProducer: Sendable {
         }
     }
 
-    /// For `enqueue` callers on threads of their own (feeders): a full local queue blocks
-    /// the calling thread briefly while the poll thread serves deliveries.
+    /// Hands one record to librdkafka. A full local queue suspends the task until a
+    /// delivery report frees room; no thread sleeps.
     private func produce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
-                         timestampMilliseconds: Int64?, delivery: PendingDelivery) throws(KafkaError) {
-        var attempts = 0
+                         timestampMilliseconds: Int64?, delivery: PendingDelivery) async throws {
         while true {
+            let reportsSeen = context.deliveryReports.load(ordering: .acquiring)
             let error = produceOnce(topic: topic, key: key, value: value, headers: headers,
                                     timestampMilliseconds: timestampMilliseconds, delivery: delivery)
             if error == RD_KAFKA_RESP_ERR_NO_ERROR { return }
-            if error == RD_KAFKA_RESP_ERR__QUEUE_FULL, attempts < 60_000 {
-                attempts += 1
-                usleep(1000)
-                continue
+            guard error == RD_KAFKA_RESP_ERR__QUEUE_FULL else {
+                throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
             }
-            throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
+            try await context.waitForDeliveryReport(after: reportsSeen)
         }
     }
 
@@ -205,18 +195,17 @@ final class ProducerContext: RDKafkaClientContext, @unchecked Sendable {
         let id = nextWaiter.add(1, ordering: .relaxed).newValue
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                roomWaiters.withLock { $0[id] = continuation }
-                // A report that came between the failed attempt and the registration must not be missed.
-                if deliveryReports.load(ordering: .acquiring) != seen || Task.isCancelled {
-                    roomWaiters.withLock { $0.removeValue(forKey: id) }.map { resume($0, cancelled: Task.isCancelled) }
+                // Checked under the lock `deliveryReported` drains under: no report is missed.
+                let outcome: Result<Void, any Error>? = roomWaiters.withLock { waiters in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if deliveryReports.load(ordering: .acquiring) != seen { return .success(()) }
+                    waiters[id] = continuation
+                    return nil
                 }
+                if let outcome { continuation.resume(with: outcome) }
             }
         } onCancel: {
-            roomWaiters.withLock { $0.removeValue(forKey: id) }.map { $0.resume(throwing: CancellationError()) }
+            roomWaiters.withLock { $0.removeValue(forKey: id) }?.resume(throwing: CancellationError())
         }
-    }
-
-    private func resume(_ continuation: CheckedContinuation<Void, any Error>, cancelled: Bool) {
-        if cancelled { continuation.resume(throwing: CancellationError()) } else { continuation.resume() }
     }
 }

@@ -37,7 +37,7 @@ public final class InFlightRegistry: @unchecked Sendable {  // `counts` is guard
     /// on the partitions is under way or `timeout` passed; returns what is still under way.
     /// Woken by every `leave`, never by a timer.
     public func waitUntilIdle(_ partitions: [TopicPartition], timeout: Duration) -> Int {
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18)
+        let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
         condition.lock()
         defer { condition.unlock() }
         while unlockedCount(in: partitions) > 0, condition.wait(until: deadline) {}

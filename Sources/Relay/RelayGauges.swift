@@ -1,4 +1,5 @@
 import FleetAuth
+import FleetEngine
 import Kafka
 import Metrics
 
@@ -53,7 +54,7 @@ final class RelayGauges {
         pausedPartitions.record(consumer.pausedPartitionCount)
         let ages = tracker.oldestUnfinishedAge()
         for (partition, age) in ages {
-            partitionSeries[partition]?.oldestUnfinished.record(Double(age.components.seconds) + Double(age.components.attoseconds) / 1e18)
+            partitionSeries[partition]?.oldestUnfinished.record(age.inSeconds)
         }
         let committed = tracker.lastCommittedOffsets
         for partition in assigned.sorted() {
@@ -80,7 +81,6 @@ final class RelayGauges {
 
 /// Every reason a record can be dead-lettered for, so each series exists from startup.
 enum DeadLetterReasons {
-    static let known: [String] = RejectionReason.allCases.map(\.rawValue) + [
-        "fleet_engine_invalid", "vehicle_not_found", "unauthenticated", "permission_denied", "retry_deadline_exceeded",
-    ]
+    static let known = RejectionReason.allCases.map(\.rawValue) + FleetEngineOutcome.Reason.all
+        + [UpdateForwarder.retryDeadlineExceeded]
 }

@@ -53,12 +53,12 @@ public final class RelayHealth: Sendable {
 
     /// Whether more partitions are paused than flow control wants (for a moment that is
     /// normal: a reader briefly behind, an assignment being applied).
-    func recordPauseState(unwished: Bool) {
+    public func recordPauseState(unwished: Bool, now: ContinuousClock.Instant = .now) {
         state.withLock { state in
             if !unwished {
                 state.unwishedPauseSince = nil
             } else if state.unwishedPauseSince == nil {
-                state.unwishedPauseSince = .now
+                state.unwishedPauseSince = now
             }
         }
     }
@@ -116,10 +116,12 @@ public final class RelayHealth: Sendable {
 
     /// Liveness: the poll loop came round recently, and fetching is not paused against
     /// flow control's wish (a stuck process that only a restart mends).
-    public var liveness: [Check] {
+    public var liveness: [Check] { liveness(at: .now) }
+
+    public func liveness(at now: ContinuousClock.Instant) -> [Check] {
         let (lastPollAge, unwishedPauseSince) = state.withLock { ($0.lastPollAge, $0.unwishedPauseSince) }
         let age = lastPollAge()
-        let unwishedPause = unwishedPauseSince.map { ContinuousClock.now - $0 } ?? .zero
+        let unwishedPause = unwishedPauseSince.map { now - $0 } ?? .zero
         return [
             Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds, detail: "last poll \(Int(age)) s ago"),
             Check(name: "flow_control", ok: unwishedPause <= Self.unwishedPauseLimit,
@@ -137,7 +139,7 @@ public final class RelayHealth: Sendable {
         func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
             since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
         }
-        return liveness + [
+        return liveness(at: now) + [
             Check(name: "consumer_group", ok: current.0, detail: current.0 ? "joined" : "not joined yet"),
             Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
             Check(name: "fleet_engine", ok: withinLimit(current.1), detail: describe(current.1, "unavailable")),

@@ -86,16 +86,16 @@ public final class RelayService: Service, Sendable {
         health.watchPollLoop { consumer.secondsSinceLastPoll }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
-        let processing = Task { await self.process() }
-        let housekeeping = Task { await self.housekeep(consumer) }
-        await withTaskCancellationHandler {
-            await ingest(consumer)
-            await drain(consumer, processing: processing)
-        } onCancel: {
-            processing.cancel()
+        await withDiscardingTaskGroup { background in
+            background.addTask { await self.housekeep(consumer) }
+            await withTaskGroup(of: Bool.self) { work in
+                work.addTask { await self.process(); return true }
+                await ingest(consumer)
+                await drain(consumer, work: &work)
+            }
+            drained.store(true, ordering: .relaxed)
+            background.cancelAll()
         }
-        housekeeping.cancel()
-        await housekeeping.value
         await commit(consumer)
         await consumer.close()
         await producer.close()
@@ -257,7 +257,7 @@ public final class RelayService: Service, Sendable {
             }
             await dispatcher.releaseDeferred()
             applyFlowControl(consumer)
-            health.recordPauseState(unwished: consumer.pausedPartitionCount > consumer.pauseWish.count && !stopping.load(ordering: .relaxed))
+            health.recordPauseState(unwished: consumer.pausedAgainstWish > 0)
             try? await Task.sleep(for: .milliseconds(20))
         }
     }
@@ -297,23 +297,21 @@ public final class RelayService: Service, Sendable {
     }
 
     /// Stops fetching and starting requests, and waits for the requests and dead-letter
-    /// writes already under way, up to the shutdown timeout. Queued records stay
-    /// uncommitted: the next owner of their partitions reads them again.
-    private func drain(_ consumer: KafkaConsumer, processing: Task<Void, Never>) async {
+    /// writes already under way (`work`'s processing task, which answers true when it
+    /// ends), up to the shutdown timeout. Queued records stay uncommitted: the next owner
+    /// of their partitions reads them again.
+    private func drain(_ consumer: KafkaConsumer, work: inout TaskGroup<Bool>) async {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
         stopping.store(true, ordering: .relaxed)
         consumer.pauseAll()
         _ = batcher.takeAll()
         await dispatcher.abandonQueued()
-        let (timeout, logger) = (configuration.shutdownTimeout, self.logger)
-        let watchdog = Task {
-            try await Task.sleep(for: timeout)
+        let timeout = configuration.shutdownTimeout
+        work.addTask { (try? await Task.sleep(for: timeout)) == nil }
+        if await work.next() == false {
             logger.warning("Shutdown timeout reached: abandoning unfinished work (it stays uncommitted)")
-            processing.cancel()
         }
-        await processing.value
-        watchdog.cancel()
-        drained.store(true, ordering: .relaxed)
+        work.cancelAll()
     }
 
     private func logSummary() {

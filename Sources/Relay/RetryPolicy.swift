@@ -13,14 +13,10 @@ public struct RetryPolicy: Sendable {
     /// The delay before retry number `attempt` (0 for the first retry).
     public func delay(attempt: Int, retryAfterSeconds: Double? = nil,
                       random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Duration {
-        let ceiling = min(seconds(maximumDelay), seconds(initialDelay) * pow2(min(attempt, 30)))
+        let ceiling = min(maximumDelay.inSeconds, initialDelay.inSeconds * pow2(min(attempt, 30)))
         let jittered = random(0...ceiling)
         let wait = max(jittered, retryAfterSeconds ?? 0)
         return .milliseconds(Int64((wait * 1000).rounded()))
-    }
-
-    private func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private func pow2(_ exponent: Int) -> Double { Double(1 << exponent) }

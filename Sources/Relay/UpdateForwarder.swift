@@ -63,6 +63,9 @@ public struct UpdateForwarder: Sendable {
     ///   - awaitingTokenSince: when earlier attempts began finding no token; counts toward the retry deadline.
     ///   - stillOwned: false once the records' partitions were revoked: retrying then
     ///     would race the new owner and could move the vehicle backwards.
+    /// The dead-letter reason of records whose request kept failing past `--retry-deadline`.
+    public static let retryDeadlineExceeded = "retry_deadline_exceeded"
+
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
                         awaitingTokenSince: ContinuousClock.Instant? = nil,
                         stillOwned: () -> Bool = { true }) async -> Delivery {
@@ -74,7 +77,7 @@ public struct UpdateForwarder: Sendable {
         while !Task.isCancelled, stillOwned() {
             if let giveUpAt, attempt > 0, ContinuousClock.now >= giveUpAt {
                 delivery.outcome = .rejected(
-                    reason: "retry_deadline_exceeded",
+                    reason: Self.retryDeadlineExceeded,
                     detail: "Gave up after \(attempt) retries within the retry deadline; last cause: \(lastCause).")
                 return delivery
             }
@@ -91,7 +94,7 @@ public struct UpdateForwarder: Sendable {
                 health.recordSignerFailure()
                 statistics.recordRetry(cause: "signer")
                 if let giveUpAt, awaitingTokenSince != nil, ContinuousClock.now >= giveUpAt {
-                    delivery.outcome = .rejected(reason: "retry_deadline_exceeded",
+                    delivery.outcome = .rejected(reason: Self.retryDeadlineExceeded,
                                                  detail: "Gave up within the retry deadline; last cause: signer: \(error).")
                 } else {
                     delivery.outcome = .awaitingToken

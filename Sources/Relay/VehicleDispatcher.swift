@@ -28,6 +28,11 @@ public actor VehicleDispatcher {
 
         /// Nothing queued, under way or scheduled: the lane holds only what it remembers.
         var isIdle: Bool { queued.isEmpty && !inFlight && !isReady && !isDeferred }
+
+        mutating func take(_ fix: PendingFix, at now: ContinuousClock.Instant) {
+            queued.append(fix)
+            lastActive = now
+        }
     }
 
     private let pastLimit: Int
@@ -79,8 +84,7 @@ public actor VehicleDispatcher {
     public func submit(_ fixes: [PendingFix], now: ContinuousClock.Instant = .now) {
         for fix in fixes {
             let vehicle = fix.update.vehicle
-            lanes[vehicle, default: Lane(lastActive: now)].queued.append(fix)
-            lanes[vehicle]!.lastActive = now
+            lanes[vehicle, default: Lane(lastActive: now)].take(fix, at: now)
             markReadyIfIdle(vehicle)
         }
         serveWaiters()

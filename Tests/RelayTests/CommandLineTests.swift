@@ -167,6 +167,16 @@ extension IntegrationTests {
         #expect(result.stderr.contains("location-mode"))
     }
 
+    @Test func aRevokeDrainShorterThanARequestIsAUsageError() async throws {
+        let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
+                                    "--request-timeout", "15", "--revoke-drain-timeout", "5s"])
+        #expect(result.status == 64)
+        #expect(result.stderr.contains("--revoke-drain-timeout must be longer than --request-timeout (15s)"))
+        let longer = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "/nonexistent/sa.json",
+                                    "--request-timeout", "15", "--revoke-drain-timeout", "16s"])
+        #expect(longer.status == 78, "accepted, then stopped by the missing key file: \(longer.stderr)")
+    }
+
     @Test func missingKeyFileStopsStartupNamingTheFile() async throws {
         let result = try await run(["run", "--brokers", "127.0.0.1:1", "--topic", "t", "--key-file", "/nonexistent/sa.json"])
         #expect(result.status == 78)

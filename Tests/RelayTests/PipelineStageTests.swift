@@ -262,3 +262,20 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(try #require(await dispatcher.nextRequest()).liveCheckEpoch == 2)
     }
 }
+
+@Suite struct RelayHealthTests {
+    /// Partitions paused against flow control's wish are normal for a moment (a reader
+    /// briefly behind); for longer than the limit they mean a stuck process.
+    @Test func partitionsPausedAgainstTheWishTooLongMakeTheProcessUnhealthy() throws {
+        let health = RelayHealth()
+        let start = ContinuousClock.now
+        func flowControl(at now: ContinuousClock.Instant) throws -> RelayHealth.Check {
+            try #require(health.liveness(at: now).first { $0.name == "flow_control" })
+        }
+        health.recordPauseState(unwished: true, now: start)
+        #expect(try flowControl(at: start + RelayHealth.unwishedPauseLimit).ok)
+        #expect(try !flowControl(at: start + RelayHealth.unwishedPauseLimit + .seconds(1)).ok)
+        health.recordPauseState(unwished: false, now: start + .seconds(40))
+        #expect(try flowControl(at: start + .seconds(41)).ok)
+    }
+}

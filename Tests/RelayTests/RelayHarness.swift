@@ -55,7 +55,7 @@ final class RelayHarness: Sendable {
 
     func produce(_ records: [(key: [UInt8]?, value: [UInt8])]) async throws {
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        for record in records { try producer.enqueue(topic: topic, key: record.key, value: record.value) }
+        for record in records { try await producer.enqueue(topic: topic, key: record.key, value: record.value) }
         let flushed = await producer.flush(timeout: .seconds(60))
         let failed = producer.failedDeliveries
         await producer.close()

@@ -124,7 +124,7 @@ extension IntegrationTests {
         }
         let producer = try KafkaProducer(configuration: harness.kafka, logger: harness.logger)
         for event in events {
-            try producer.enqueue(topic: harness.topic, key: event.record.key, value: event.record.value,
+            try await producer.enqueue(topic: harness.topic, key: event.record.key, value: event.record.value,
                                  timestampMilliseconds: event.recordedAt)
         }
         #expect(await producer.flush(timeout: .seconds(60)))

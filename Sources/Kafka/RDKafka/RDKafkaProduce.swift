@@ -9,46 +9,20 @@ enum RDKafkaProduce {
         topic.withCString { topicName in
             value.withUnsafeBytes { valueBytes in
                 withOptionalBytes(key) { keyBytes in
-                    var values: [rd_kafka_vu_t] = []
-                    var vu = rd_kafka_vu_t()
-                    vu.vtype = RD_KAFKA_VTYPE_TOPIC
-                    vu.u.cstr = topicName
-                    values.append(vu)
-                    vu = rd_kafka_vu_t()
-                    vu.vtype = RD_KAFKA_VTYPE_VALUE
-                    vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: valueBytes.baseAddress)
-                    vu.u.mem.size = valueBytes.count
-                    values.append(vu)
-                    if let keyBytes {
-                        vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_KEY
-                        vu.u.mem.ptr = UnsafeMutableRawPointer(mutating: keyBytes.baseAddress)
-                        vu.u.mem.size = keyBytes.count
-                        values.append(vu)
-                    }
+                    var values = [
+                        field(RD_KAFKA_VTYPE_TOPIC) { $0.u.cstr = topicName },
+                        bytesField(RD_KAFKA_VTYPE_VALUE, valueBytes),
+                        field(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY },
+                        field(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = opaque },
+                    ]
+                    if let keyBytes { values.append(bytesField(RD_KAFKA_VTYPE_KEY, keyBytes)) }
                     if let timestampMilliseconds {
-                        vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_TIMESTAMP
-                        vu.u.i64 = timestampMilliseconds
-                        values.append(vu)
+                        values.append(field(RD_KAFKA_VTYPE_TIMESTAMP) { $0.u.i64 = timestampMilliseconds })
                     }
-                    vu = rd_kafka_vu_t()
-                    vu.vtype = RD_KAFKA_VTYPE_MSGFLAGS
-                    vu.u.i = RD_KAFKA_MSG_F_COPY
-                    values.append(vu)
-                    vu = rd_kafka_vu_t()
-                    vu.vtype = RD_KAFKA_VTYPE_OPAQUE
-                    vu.u.ptr = opaque
-                    values.append(vu)
                     // One header list owned by the caller until the produce succeeds: librdkafka
                     // 2.0's per-header form (VTYPE_HEADER) frees its list twice when a produce fails.
                     let list = headers.isEmpty ? nil : headerList(headers)
-                    if let list {
-                        vu = rd_kafka_vu_t()
-                        vu.vtype = RD_KAFKA_VTYPE_HEADERS
-                        vu.u.headers = list
-                        values.append(vu)
-                    }
+                    if let list { values.append(field(RD_KAFKA_VTYPE_HEADERS) { $0.u.headers = list }) }
                     return values.withUnsafeBufferPointer { buffer in
                         guard let error = rd_kafka_produceva(handle, buffer.baseAddress, buffer.count) else {
                             return RD_KAFKA_RESP_ERR_NO_ERROR
@@ -59,6 +33,20 @@ enum RDKafkaProduce {
                     }
                 }
             }
+        }
+    }
+
+    private static func field(_ type: rd_kafka_vtype_t, _ set: (inout rd_kafka_vu_t) -> Void) -> rd_kafka_vu_t {
+        var field = rd_kafka_vu_t()
+        field.vtype = type
+        set(&field)
+        return field
+    }
+
+    private static func bytesField(_ type: rd_kafka_vtype_t, _ bytes: UnsafeRawBufferPointer) -> rd_kafka_vu_t {
+        field(type) {
+            $0.u.mem.ptr = UnsafeMutableRawPointer(mutating: bytes.baseAddress)
+            $0.u.mem.size = bytes.count
         }
     }
 
