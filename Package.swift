@@ -69,6 +69,7 @@ let package = Package(
             dependencies: [
                 "JSON", "Kafka", "FleetAuth", "FleetEngine",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -25,13 +25,19 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Fixes per vehicle in the backlog.")
     var drainFixesPerVehicle = 100
 
-    @Option(help: "Vehicles in the steady-state scenario (each reports every vehicles/rate seconds).")
+    @Option(help: "Vehicles in the warm steady scenario, a load the relay keeps up with (each reports every vehicles/rate seconds).")
+    var warmVehicles = 25_000
+
+    @Option(help: "Events per second in the warm steady scenario.")
+    var warmRate = 5_000
+
+    @Option(help: "Vehicles in the overload steady-state scenario (each reports every vehicles/rate seconds).")
     var steadyVehicles = 100_000
 
-    @Option(help: "Events per second in the steady-state scenario.")
+    @Option(help: "Events per second in the overload steady-state scenario.")
     var steadyRate = 20_000
 
-    @Option(help: "Seconds the steady state is measured, after its warm-up.")
+    @Option(help: "Seconds each steady state is measured, after its cold start.")
     var steadySeconds = 60
 
     @Option(help: "Longest steady-state warm-up in seconds.")
@@ -44,13 +50,13 @@ struct BenchCommand: AsyncParsableCommand {
             help: "An extra argument for the relay's run command, e.g. --relay-arg=--max-pending-records=300000 (repeatable).")
     var relayArguments: [String] = []
 
-    @Option(help: "Stop after this scenario: ceilings, drain or steady (default: all).")
+    @Option(help: "Stop after this scenario: ceilings, drain, warm or steady (default: all).")
     var until: Stage = .steady
 
-    enum Stage: String, ExpressibleByArgument, Comparable {
-        case ceilings, drain, steady
+    enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
+        case ceilings, drain, warm, steady
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
-        private var order: Int { [.ceilings, .drain, .steady].firstIndex(of: self)! }
+        private var order: Int { Self.allCases.firstIndex(of: self)! }
     }
 
     func run() async throws {
@@ -82,11 +88,18 @@ struct BenchCommand: AsyncParsableCommand {
                 say("2. backlog drain")
                 try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
             }
+            if until >= .warm {
+                say("3. warm steady state: \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
+                let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
+                                                rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit)
+                try await scenarios.steadyState(plan, consumeCeiling: consume, requestCeiling: requests, report: &report)
+            }
             if until >= .steady {
-            say("3. steady state: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after warm-up")
-            try await scenarios.steadyState(vehicles: steadyVehicles, rate: steadyRate, seconds: steadySeconds,
-                                            warmupLimit: warmupLimit, consumeCeiling: consume, requestCeiling: requests,
-                                            report: &report)
+                say("4. overload: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
+                let plan = Scenarios.SteadyPlan(section: "overload steady state", topic: "bench-steady", vehicles: steadyVehicles,
+                                                rate: steadyRate, seconds: steadySeconds, warmupLimit: warmupLimit,
+                                                reportsTokens: true)
+                try await scenarios.steadyState(plan, consumeCeiling: consume, requestCeiling: requests, report: &report)
             }
         } catch {
             await environment.shutdown()

@@ -46,8 +46,10 @@ struct Probes {
         return statistics
     }
 
+    /// Starts the emulator's latency percentiles afresh, counting only fixes located from now on.
     func resetLatency() async {
-        await post(emulatorURL + "/_emulator/reset-latency")
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        await post(emulatorURL + "/_emulator/reset-latency?located_after=\(now)")
     }
 
     func isReady(metricsPort: Int) async -> Bool {

@@ -105,6 +105,7 @@ struct Scenarios {
         let (relay, metricsPort, startup) = try await environment.startRelay(topic: backlog.topic, group: "bench-drain")
         let started = ContinuousClock.now
         let cpuAtStart = relay.cpuSeconds
+        let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
         let delivered = await waitUntil(timeout: .seconds(600)) {
             await probes.emulator(newerThan: backlog.newestAfter)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
         }
@@ -113,6 +114,7 @@ struct Scenarios {
         }
         let elapsed = (ContinuousClock.now - started).seconds
         let cpu = relay.cpuSeconds - cpuAtStart
+        let relayRequests = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart
         let peak = relay.peakRSSMegabytes
         // Token counters are refreshed every 5 s.
         _ = await waitUntil(timeout: .seconds(12)) {
@@ -140,21 +142,32 @@ struct Scenarios {
         report.add(section, "events lost", lost, "events")
     }
 
-    // MARK: 3 and 4. Steady state, and tokens
+    // MARK: 3, 4 and 5. Steady states, and tokens
 
-    func steadyState(vehicles: Int, rate: Int, seconds: Int, warmupLimit: Int, consumeCeiling: Double,
-                     requestCeiling: Double, report: inout Report) async throws {
-        let topic = "bench-steady"
-        let group = "bench-steady"
+    /// A steady-state run: a cold start (one fix per vehicle), then `rate` events/s over the
+    /// fleet measured for `seconds`; latency counts only fixes located during the measurement.
+    struct SteadyPlan {
+        let section: String
+        let topic: String
+        let vehicles: Int
+        let rate: Int
+        let seconds: Int
+        let warmupLimit: Int
+        /// Report the tokens minted (once per bench run).
+        var reportsTokens = false
+    }
+
+    func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws {
+        let (topic, group, section, vehicles, rate, seconds, warmupLimit) =
+            (plan.topic, plan.topic, plan.section, plan.vehicles, plan.rate, plan.seconds, plan.warmupLimit)
         try environment.createTopic(topic, partitions: partitions)
         let before = await probes.emulator()
         let (relay, metricsPort, _) = try await environment.startRelay(topic: topic, group: group)
-        let section = "steady state"
 
         // Cold start: one fix per vehicle, each needing its first token. Measured on its
         // own: under full load the mock cluster's small retention would drop the backlog.
         let warmupStarted = ContinuousClock.now
-        try await produceRound(topic: topic, vehicles: vehicles)
+        try await produceRound(topic: topic, vehicles: vehicles, idPrefix: topic + "-")
         let warmedUp = try await waitUntil(timeout: .seconds(warmupLimit), interval: .milliseconds(500)) {
             try await probes.lag(topic: topic, partitions: partitions, group: group) == 0
         }
@@ -166,7 +179,7 @@ struct Scenarios {
         report.add(section, "cold start: first fix of every vehicle delivered (one token each)", warmup, "s")
         report.add(section, "cold start rate", Double(vehicles) / warmup, "vehicles/s")
 
-        let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate)
+        let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: topic + "-")
         let feeding = Task { try await feeder.run() }
         defer { feeding.cancel() }
         try await Task.sleep(for: .seconds(5))  // one full round of the fleet before measuring
@@ -175,10 +188,12 @@ struct Scenarios {
         let atStart = await probes.emulator()
         let producedAtStart = feeder.produced
         let cpuAtStart = relay.cpuSeconds
+        let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
         let measureStarted = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
         let elapsed = (ContinuousClock.now - measureStarted).seconds
         let cpu = relay.cpuSeconds - cpuAtStart
+        let relayRequests = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart
         let produced = Double(feeder.produced - producedAtStart)
         let lagAtEnd = try await probes.lag(topic: topic, partitions: partitions, group: group)
         let statistics = await probes.emulator()
@@ -215,6 +230,8 @@ struct Scenarios {
         report.add(section, "consumer lag at start of measurement", Double(lagAtStart), "events")
         report.add(section, "consumer lag at end", Double(lagAtEnd), "events")
         report.add(section, "relay CPU share", cpu / elapsed, "cores", ratio: cpu / elapsed / 2, of: "the machine's 2 cores")
+        report.add(section, "relay CPU per Fleet Engine request", cpu / max(relayRequests, 1) * 1e6, "µs")
+        report.add(section, "events per update request", produced / max(requestRate * elapsed, 1), "events/request")
         report.add(section, "relay RSS at end", rss, "MB")
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "events not sent for a counted reason", unsent, "events")
@@ -222,8 +239,10 @@ struct Scenarios {
         report.add(section, "after the producer stopped: time to drain the lag", drainTime, "s")
         report.add(section, "events still uncommitted in Kafka then (not lost)", Double(left), "events")
         report.add(section, "events lost", lost, "events")
-        report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
-        report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
+        if plan.reportsTokens {
+            report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
+            report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
+        }
     }
 
     private func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
@@ -233,9 +252,9 @@ struct Scenarios {
 
 extension Scenarios {
     /// One event per vehicle, as fast as the producer goes.
-    func produceRound(topic: String, vehicles: Int) async throws {
+    func produceRound(topic: String, vehicles: Int, idPrefix: String) async throws {
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
-        var fleet = SimulatedFleet(count: vehicles, idPrefix: "steady-", seed: 7)
+        var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix, seed: 7)
         let now = Int64(Date().timeIntervalSince1970 * 1000) - 10_000
         for index in 0..<vehicles {
             let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: now)
@@ -254,9 +273,11 @@ final class SteadyFeeder: @unchecked Sendable {
     let topic: String
     let vehicles: Int
     let rate: Int
+    let idPrefix: String
     private let count = Mutex(0)
 
-    init(environment: BenchEnvironment, topic: String, vehicles: Int, rate: Int) {
+    init(environment: BenchEnvironment, topic: String, vehicles: Int, rate: Int, idPrefix: String) {
+        self.idPrefix = idPrefix
         self.environment = environment
         self.topic = topic
         self.vehicles = vehicles
@@ -268,7 +289,7 @@ final class SteadyFeeder: @unchecked Sendable {
     /// Runs until cancelled; returns the events produced (all flushed).
     func run() async throws -> Int {
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
-        var fleet = SimulatedFleet(count: vehicles, idPrefix: "steady-")
+        var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix)
         let started = ContinuousClock.now
         var produced = 0
         var index = 0

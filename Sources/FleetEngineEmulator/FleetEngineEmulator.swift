@@ -83,6 +83,8 @@ public final class FleetEngineEmulator: EmulatedService {
         var receivedTokens: Set<String> = []
         /// Receipt time minus `lastLocation` time of accepted updates, since the last reset.
         var latency = LatencyHistogram()
+        /// Only fixes located at or after this time count toward the latency (a warm measurement).
+        var latencyLocatedAfter = Int64.min
     }
 
     public let provider: String
@@ -248,7 +250,9 @@ public final class FleetEngineEmulator: EmulatedService {
             if recordsHistory { Self.recordHistory(of: &current, valid) }
             state.vehicles[vehicle] = current
             state.statistics.locationsReceived += 1 + valid.pastLocationTimes.count
-            state.latency.record(milliseconds: WallClock.nowMilliseconds() - valid.locationTimeMilliseconds)
+            if valid.locationTimeMilliseconds >= state.latencyLocatedAfter {
+                state.latency.record(milliseconds: WallClock.nowMilliseconds() - valid.locationTimeMilliseconds)
+            }
             return current
         }
         guard let stored else { return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.") }
@@ -268,14 +272,16 @@ public final class FleetEngineEmulator: EmulatedService {
     // MARK: Statistics over HTTP, for benchmarks running the emulator as a process
 
     /// `GET /_emulator/statistics[?newer_than=MS]`: counters, vehicles (and how many hold a
-    /// location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency`.
+    /// location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency[?located_after=MS]`
+    /// starts the percentiles afresh, counting only fixes located at or after MS.
     private func administer(_ request: HTTPRequest) -> HTTPResponse {
         switch (request.method, request.path) {
         case ("GET", "/_emulator/statistics"):
             let newerThan = request.query["newer_than"].flatMap { Int64($0) }
             return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan, recordsHistory: recordsHistory) })
         case ("POST", "/_emulator/reset-latency"):
-            state.withLock { $0.latency = LatencyHistogram() }
+            let locatedAfter = request.query["located_after"].flatMap { Int64($0) } ?? .min
+            state.withLock { ($0.latency, $0.latencyLocatedAfter) = (LatencyHistogram(), locatedAfter) }
             return .json(200, "{}")
         default:
             return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)")

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import Kafka
 
 /// One request's worth of a vehicle's fixes.
 public struct CoalescedRequest: Sendable {
@@ -18,12 +19,26 @@ public struct CoalescedRequest: Sendable {
 
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]
+    /// The partitions (and their assignment generations) whose records the request settles.
+    public let partitions: [PartitionGeneration]
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         self.update = update
         self.newest = newest
         self.carried = carried
         self.sources = [newest.source] + carried.map(\.source)
+        self.partitions = Array(Set(sources.map { PartitionGeneration($0.topicPartition, $0.generation) }))
+    }
+}
+
+/// A partition under one assignment generation.
+public struct PartitionGeneration: Hashable, Sendable {
+    public let topicPartition: TopicPartition
+    public let generation: UInt64
+
+    public init(_ topicPartition: TopicPartition, _ generation: UInt64) {
+        self.topicPartition = topicPartition
+        self.generation = generation
     }
 }
 

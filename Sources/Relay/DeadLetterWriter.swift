@@ -11,20 +11,14 @@ import Logging
 ///
 /// Threading: `submit` may be called from any task; `run` drives the writes.
 public final class DeadLetterWriter: Sendable {
-    public struct Letter: Sendable {
-        public let source: RecordSource
-        public let reason: String
-        public let detail: String
-    }
-
     public let topic: String
     private let producer: KafkaProducer
     private let retryPolicy: RetryPolicy
     private let logLimiter: LogLimiter
     private let health: RelayHealth
     private let logger: Logger
-    private let letters: AsyncStream<(Letter, @Sendable () -> Void)>
-    private let intake: AsyncStream<(Letter, @Sendable () -> Void)>.Continuation
+    private let letters: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>
+    private let intake: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>.Continuation
 
     public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter,
                 health: RelayHealth, logger: Logger) {
@@ -38,8 +32,8 @@ public final class DeadLetterWriter: Sendable {
     }
 
     /// Queues a letter; `written` runs once the broker has it.
-    public func submit(_ source: RecordSource, reason: String, detail: String, written: @escaping @Sendable () -> Void) {
-        intake.yield((Letter(source: source, reason: reason, detail: detail), written))
+    public func submit(_ order: DeadLetterOrder, written: @escaping @Sendable () -> Void) {
+        intake.yield((order, written))
     }
 
     /// No more letters will be submitted; `run` returns once the queued ones are written.
@@ -57,7 +51,7 @@ public final class DeadLetterWriter: Sendable {
         }
     }
 
-    private func write(_ letter: Letter) async -> Bool {
+    private func write(_ letter: DeadLetterOrder) async -> Bool {
         let headers = [
             KafkaHeader(name: "fleet-relay-error", value: letter.reason),
             KafkaHeader(name: "fleet-relay-detail", value: letter.detail),
@@ -84,7 +78,7 @@ public final class DeadLetterWriter: Sendable {
         return false
     }
 
-    private func report(_ error: any Error, for letter: Letter) {
+    private func report(_ error: any Error, for letter: DeadLetterOrder) {
         let kafkaError = error as? KafkaError
         let permanent = kafkaError?.isPermanent ?? false
         let reason = kafkaError?.codeName ?? "produce_failed"

@@ -9,8 +9,6 @@ public struct RelayConfiguration: Sendable {
     public var group: String
     public var deadLetterTopic: String
     public var defaultKind: VehicleKind
-    public var batchSize: Int
-    public var batchLinger: Duration
     /// Requests in flight at once (one per vehicle at most).
     public var maximumInFlight: Int
     /// Consumed-but-unfinished records above which fetching pauses.
@@ -34,20 +32,17 @@ public struct RelayConfiguration: Sendable {
     public var vehicleIdleTimeout: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
-                defaultKind: VehicleKind = .vehicle, batchSize: Int = 500, batchLinger: Duration = .milliseconds(100),
-                maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
+                defaultKind: VehicleKind = .vehicle, maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
                 retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(20),
                 minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60),
-                vehicleIdleTimeout: Duration = VehicleDispatcher.defaultLaneIdleLimit) {
+                vehicleIdleTimeout: Duration = .seconds(300)) {
         self.kafka = kafka
         self.topic = topic
         self.group = group
         self.deadLetterTopic = deadLetterTopic ?? topic + ".dlq"
         self.defaultKind = defaultKind
-        self.batchSize = batchSize
-        self.batchLinger = batchLinger
         self.maximumInFlight = maximumInFlight
         self.maximumPendingRecords = maximumPendingRecords
         self.pastLocationsLimit = pastLocationsLimit

@@ -42,8 +42,11 @@ final class RelayGauges {
         }
     }
 
-    func refresh(consumer: KafkaConsumer, tracker: OffsetTracker, tokens: TokenCache) async {
-        let assigned = Set(tracker.assignedPartitions)
+    func refresh(consumer: KafkaConsumer, pipeline: Pipeline, tokens: TokenCache) async {
+        let (assignedPartitions, ages, committed) = pipeline.read { state in
+            (state.assignedPartitions, state.oldestUnfinishedAge(now: .now), state.lastCommittedOffsets)
+        }
+        let assigned = Set(assignedPartitions)
         for (partition, series) in partitionSeries where !assigned.contains(partition) {
             series.destroy()
             partitionSeries[partition] = nil
@@ -52,11 +55,9 @@ final class RelayGauges {
             partitionSeries[partition] = PartitionSeries(partition)
         }
         pausedPartitions.record(consumer.pausedPartitionCount)
-        let ages = tracker.oldestUnfinishedAge()
         for (partition, age) in ages {
             partitionSeries[partition]?.oldestUnfinished.record(age.inSeconds)
         }
-        let committed = tracker.lastCommittedOffsets
         for partition in assigned.sorted() {
             guard let offset = committed[partition], let series = partitionSeries[partition] else { continue }
             series.committedOffset.record(offset)

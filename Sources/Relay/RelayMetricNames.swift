@@ -8,7 +8,6 @@ public enum RelayMetricNames {
         "fleet_relay_fleet_engine_requests_total": "Fleet Engine update requests, by vehicle kind and HTTP status (0: no answer).",
         "fleet_relay_fleet_engine_request_seconds": "Duration of Fleet Engine update requests.",
         "fleet_relay_retries_total": "Retries, by cause (HTTP status, connection, timeout, signer, unauthenticated, permission_denied).",
-        "fleet_relay_batch_records": "Records per batch handed to the dispatcher.",
         "fleet_relay_coalesced_per_request": "Records carried by one accepted request (lastLocation plus pastLocations).",
         "fleet_relay_end_to_end_seconds": "Time from an event's recorded_at to Fleet Engine accepting it.",
         "fleet_relay_consumer_lag": "High watermark minus committed offset, by topic and partition.",

@@ -6,25 +6,23 @@ import ServiceLifecycle
 import Synchronization
 
 
-/// The relay: consume → decode → batch → coalesce per vehicle → sign → send →
-/// commit. A `Service` for ServiceLifecycle: graceful shutdown stops fetching,
-/// drains in-flight work for up to `shutdownTimeout`, commits what finished and
-/// leaves the consumer group.
+/// The relay: consume → decode → pipeline (per-vehicle lanes, coalescing, offsets,
+/// flow control) → sign → send → commit. A `Service` for ServiceLifecycle: graceful
+/// shutdown stops fetching, drains in-flight work for up to `shutdownTimeout`, commits
+/// what finished and leaves the consumer group.
 ///
 /// Guarantee: an offset is committed only when every record at or below it was
 /// accepted by Fleet Engine, dead-lettered, or superseded by a newer accepted fix.
+/// The decisions are `PipelineState`'s; this type runs the tasks around it and
+/// carries out what it asks for: requests, dead letters, pauses, commits.
 public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
     public let statistics = RelayStatistics()
     public let health: RelayHealth
     private let tokens: TokenCache
     private let logLimiter = LogLimiter()
-    private let tracker = OffsetTracker()
-    private let inFlight = InFlightRegistry()
-    private let assignmentEpoch = AssignmentEpoch()
+    private let pipeline: Pipeline
     private let decoder: LocationEventDecoder
-    private let batcher: Batcher
-    private let dispatcher: VehicleDispatcher
     private let forwarder: UpdateForwarder
     private let deadLetters: DeadLetterWriter
     private let producer: KafkaProducer
@@ -42,7 +40,9 @@ public final class RelayService: Service, Sendable {
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
-        self.batcher = Batcher(maximumSize: configuration.batchSize, linger: configuration.batchLinger)
+        self.pipeline = Pipeline(limits: .init(
+            pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
+            vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords))
         // A dead letter carries the consumed record whole, plus headers: the producer must take
         // anything the consumer can hand over (the broker's topic limit still applies).
         let producerProperties = configuration.kafka.properties.merging(
@@ -54,15 +54,6 @@ public final class RelayService: Service, Sendable {
         self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
                                          retryDeadline: configuration.retryDeadline, statistics: statistics,
                                          health: health, logLimiter: logLimiter, logger: logger)
-        let (tracker, statistics, epoch) = (self.tracker, self.statistics, self.assignmentEpoch)
-        self.dispatcher = VehicleDispatcher(
-            pastLimit: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
-            laneIdleLimit: configuration.vehicleIdleTimeout,
-            isCurrent: { tracker.owns($0) }, assignmentEpoch: { epoch.current }
-        ) { staleFixes in
-            for fix in staleFixes { tracker.finish(fix.source) }
-            statistics.recordFinished(.stale, count: staleFixes.count)
-        }
     }
 
     /// Room for a record as large as Kafka's default fetch limit per partition (1 MiB)
@@ -71,12 +62,13 @@ public final class RelayService: Service, Sendable {
 
     // MARK: Observation
 
-    public var vehicleCount: Int { get async { await dispatcher.vehicleCount } }
-    public var uncommittedRecords: Int64 { tracker.uncommitted }
-    public var assignedPartitions: [TopicPartition] { tracker.assignedPartitions }
+    /// Vehicles the relay remembers (idle ones are forgotten after `vehicleIdleTimeout`).
+    public var vehicleCount: Int { pipeline.read(\.vehicleCount) }
+    public var uncommittedRecords: Int64 { pipeline.read(\.uncommittedRecords) }
+    public var assignedPartitions: [TopicPartition] { pipeline.read(\.assignedPartitions) }
     public var isPaused: Bool { consumerState.withLock { $0?.isPaused ?? false } }
     /// Records consumed and not yet finished (what flow control bounds).
-    public var pendingRecords: Int { tracker.outstanding }
+    public var pendingRecords: Int { pipeline.read(\.unfinishedRecords) }
 
     // MARK: Running
 
@@ -105,18 +97,23 @@ public final class RelayService: Service, Sendable {
     private func makeConsumer() throws(KafkaError) -> KafkaConsumer {
         var kafka = configuration.kafka
         kafka["group.id"] = configuration.group
-        let (tracker, statistics, logger) = (self.tracker, self.statistics, self.logger)
+        let (statistics, logger) = (self.statistics, self.logger)
         return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { [self] event in
             switch event {
             case .assigned(let partitions, let generation):
-                tracker.assign(partitions, generation: generation)
+                carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
                 health.recordJoinedGroup()
-                assignmentEpoch.advance()
                 return []
             case .revoked(let partitions, let lost):
-                tracker.beginRevoke(partitions)
-                if !lost { waitForInFlightWork(in: partitions) }
-                return tracker.revoke(partitions)
+                pipeline.update { $0.beginRevoke(partitions) }
+                if !lost { waitForWorkUnderWay(in: partitions) }
+                var finalOffsets: [TopicPartitionOffset] = []
+                carryOut(pipeline.handle { state in
+                    let revoked = state.finishRevoke(partitions)
+                    finalOffsets = revoked.offsets
+                    return revoked.actions
+                })
+                return finalOffsets
             }
         } committedOnRevoke: { offsets in
             statistics.commits.add(1, ordering: .relaxed)
@@ -129,34 +126,52 @@ public final class RelayService: Service, Sendable {
     /// up to `revokeDrainTimeout` (longer than a request may take) to finish, so that
     /// their offsets are committed before another member takes over and no request of
     /// this member can land after the next owner's. Queued records stay uncommitted for it.
-    private func waitForInFlightWork(in partitions: [TopicPartition]) {
+    private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
         guard !drained.load(ordering: .relaxed) else { return }
-        let left = inFlight.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
+        let left = pipeline.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
         if left > 0, !drained.load(ordering: .relaxed) {
             logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
         }
     }
 
-    /// Reads records until graceful shutdown; bad ones go to the dead-letter topic at once.
+    /// Reads records until graceful shutdown, decodes them, and hands each chunk to the
+    /// pipeline in one step; bad records come back as dead-letter orders.
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
-            var consumedPerPartition: [TopicPartition: Int] = [:]
-            for record in chunk where tracker.register(record) {
-                consumedPerPartition[record.topicPartition, default: 0] += 1
+            let records = chunk.map { record -> ConsumedRecord in
                 let source = RecordSource(record)
                 switch decoder.decode(key: record.key, value: record.value) {
-                case .success(let update):
-                    if let batch = batcher.add(PendingFix(update: update, source: source)) {
-                        statistics.recordBatch(size: batch.count)
-                        await dispatcher.submit(batch)
-                    }
-                case .failure(let rejection):
-                    deadLetter(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+                case .success(let update): return .fix(PendingFix(update: update, source: source))
+                case .failure(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
                 }
             }
-            statistics.recordConsumed(consumedPerPartition)
-            applyFlowControl(consumer)
+            carryOut(pipeline.handle { $0.consume(records, now: .now) })
         }
+    }
+
+    /// Carries out what the pipeline asked for besides resuming workers: dead letters,
+    /// pause changes, counts.
+    private func carryOut(_ actions: Pipeline.Actions) {
+        if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
+        if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
+        for order in actions.deadLetters {
+            deadLetters.submit(order) { [self] in
+                statistics.recordDeadLetter(reason: order.reason)
+                carryOut(pipeline.handle { $0.deadLetterWritten(order.source) })
+            }
+        }
+        if let change = actions.pause { applyPause(change) }
+    }
+
+    /// Fetching pauses for each partition holding its share of `maximumPendingRecords`
+    /// unfinished records, and resumes once half of that finished (decided by the pipeline).
+    private func applyPause(_ change: PauseChange) {
+        guard !stopping.load(ordering: .relaxed) else { return }
+        if !change.pausing.isEmpty {
+            logger.info("Pausing \(change.pausing.map(\.description).joined(separator: ", ")): at least \(change.share) records unfinished each")
+        }
+        if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
+        consumerState.withLock { $0 }?.setPaused(change.wish)
     }
 
     /// Sending and dead-lettering, until intake closes and everything queued is done.
@@ -174,38 +189,34 @@ public final class RelayService: Service, Sendable {
         }
     }
 
+    /// One worker: takes the pipeline's next request, delivers it, reports the outcome.
     private func work() async {
-        while let request = await dispatcher.nextRequest() {
-            let tracker = self.tracker
-            inFlight.enter(request.sources)
+        while let request = await pipeline.nextRequest(whenReady: carryOut) {
             statistics.requestStarted()
+            let pipeline = self.pipeline
             let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
                                                    awaitingTokenSince: request.awaitingTokenSince) {
-                request.sources.contains { tracker.owns($0) }
+                pipeline.read { state in request.sources.contains(where: state.owns) }
             }
             if delivery.outcome == .awaitingToken {
                 let delay = configuration.retryPolicy.delay(attempt: request.tokenAttempts, retryAfterSeconds: nil)
-                await dispatcher.retryLater(request, after: delay)
+                carryOut(pipeline.handle { $0.retryLater(request, after: delay, now: .now) })
             } else {
-                await dispatcher.complete(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds,
-                                          liveChecked: delivery.liveChecked)
-                settle(request, delivery.outcome)
+                carryOut(pipeline.handle { $0.complete(request, delivery, now: .now) })
+                count(request, delivery.outcome)
             }
             statistics.requestEnded()
-            inFlight.leave(request.sources)
         }
     }
 
-    private func settle(_ request: CoalescedRequest, _ outcome: DeliveryOutcome) {
+    private func count(_ request: CoalescedRequest, _ outcome: DeliveryOutcome) {
         switch outcome {
         case .accepted:
-            for source in request.sources { tracker.finish(source) }
             statistics.recordFinished(.accepted)
             statistics.recordFinished(.superseded, count: request.carried.count)
             statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
                                       coalesced: request.sources.count)
         case .stale:
-            for source in request.sources { tracker.finish(source) }
             statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
             let (allowed, suppressed) = logLimiter.allow("rejected")
@@ -213,28 +224,16 @@ public final class RelayService: Service, Sendable {
                 logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)",
                                metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
             }
-            for source in request.sources { deadLetter(source, reason: reason, detail: detail) }
         case .abandoned, .awaitingToken:
             break
         }
     }
 
-    private func deadLetter(_ source: RecordSource, reason: String, detail: String) {
-        let (tracker, statistics, inFlight) = (self.tracker, self.statistics, self.inFlight)
-        inFlight.enter([source])
-        deadLetters.submit(source, reason: reason, detail: detail) {
-            tracker.finish(source)
-            statistics.recordDeadLetter(reason: reason)
-            inFlight.leave([source])
-        }
-    }
-
-    /// Releases lingering batches and deferred vehicles, applies flow control, and
-    /// runs commits and gauge refreshes each on its own cadence: a slow broker delays
-    /// a commit or the lag gauge, never the release of a batch.
+    /// Deferred vehicles at their due time, commits and gauge refreshes, each on its own
+    /// deadline: a slow broker delays a commit or the lag gauge, never a request.
     private func housekeep(_ consumer: KafkaConsumer) async {
         await withDiscardingTaskGroup { group in
-            group.addTask { await self.releaseOnSchedule(consumer) }
+            group.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
             group.addTask {
                 while (try? await Task.sleep(for: self.configuration.commitInterval)) != nil {
                     await self.commit(consumer)
@@ -243,53 +242,19 @@ public final class RelayService: Service, Sendable {
             group.addTask {
                 let gauges = RelayGauges()
                 repeat {
-                    await gauges.refresh(consumer: consumer, tracker: self.tracker, tokens: self.tokens)
+                    self.health.recordPauseState(unwished: consumer.pausedAgainstWish > 0)
+                    await gauges.refresh(consumer: consumer, pipeline: self.pipeline, tokens: self.tokens)
                 } while (try? await Task.sleep(for: .seconds(5))) != nil
             }
         }
     }
 
-    private func releaseOnSchedule(_ consumer: KafkaConsumer) async {
-        while !Task.isCancelled {
-            if let batch = batcher.takeIfLingered() {
-                statistics.recordBatch(size: batch.count)
-                await dispatcher.submit(batch)
-            }
-            await dispatcher.releaseDeferred()
-            applyFlowControl(consumer)
-            health.recordPauseState(unwished: consumer.pausedAgainstWish > 0)
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
-    /// Pauses fetching for each partition holding its share of `maximumPendingRecords`
-    /// unfinished records, and resumes it once half of that finished. Unfinished records
-    /// are counted, not the window behind the oldest one, so a vehicle stuck in retries
-    /// holds back only its own records (and its partition's commit), never other vehicles.
-    private func applyFlowControl(_ consumer: KafkaConsumer) {
-        guard !stopping.load(ordering: .relaxed) else { return }
-        let unfinished = tracker.unfinishedPerPartition
-        let share = max(1, configuration.maximumPendingRecords / max(1, unfinished.count))
-        let current = consumer.pauseWish
-        let wanted = Set(unfinished.compactMap { partition, count in
-            count >= share || (current.contains(partition) && count > share / 2) ? partition : nil
-        })
-        guard wanted != current else { return }
-        let pausing = wanted.subtracting(current).sorted()
-        let resuming = current.subtracting(wanted).intersection(unfinished.keys).sorted()
-        if !pausing.isEmpty {
-            logger.info("Pausing \(pausing.map(\.description).joined(separator: ", ")): at least \(share) records unfinished each")
-        }
-        if !resuming.isEmpty { logger.info("Resuming \(resuming.map(\.description).joined(separator: ", "))") }
-        consumer.setPaused(wanted)
-    }
-
     private func commit(_ consumer: KafkaConsumer) async {
-        let offsets = tracker.committableOffsets()
+        let offsets = pipeline.read { $0.offsetsToCommit() }
         guard !offsets.isEmpty else { return }
         do {
             try await consumer.commit(offsets)
-            tracker.markCommitted(offsets)
+            pipeline.update { $0.committed(offsets) }
             statistics.commits.add(1, ordering: .relaxed)
         } catch {
             logger.warning("Offset commit failed, will retry: \(error)")
@@ -304,8 +269,7 @@ public final class RelayService: Service, Sendable {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
         stopping.store(true, ordering: .relaxed)
         consumer.pauseAll()
-        _ = batcher.takeAll()
-        await dispatcher.abandonQueued()
+        carryOut(pipeline.handle { $0.closeIntake() })
         let timeout = configuration.shutdownTimeout
         work.addTask { (try? await Task.sleep(for: timeout)) == nil }
         if await work.next() == false {
@@ -318,13 +282,4 @@ public final class RelayService: Service, Sendable {
         let totals = statistics.snapshot
         logger.info("Stopped: consumed \(totals.consumed), accepted \(totals.accepted), superseded \(totals.superseded), stale \(totals.stale), dead-lettered \(totals.deadLettered), retries \(totals.retries)")
     }
-}
-
-/// Counts partition assignments. Thread-safe.
-final class AssignmentEpoch: Sendable {
-    private let value = Atomic<UInt64>(0)
-
-    var current: UInt64 { value.load(ordering: .relaxed) }
-
-    func advance() { value.add(1, ordering: .relaxed) }
 }

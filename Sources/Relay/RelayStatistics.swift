@@ -34,7 +34,6 @@ public final class RelayStatistics: Sendable {
     private let inFlightGauge = Gauge(label: "fleet_relay_in_flight_requests")
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
     private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
-    private let batchRecords = Recorder(label: "fleet_relay_batch_records")
     private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
 
     public init() {
@@ -90,7 +89,6 @@ public final class RelayStatistics: Sendable {
         coalescedPerRequest.record(coalesced)
     }
 
-    func recordBatch(size: Int) { batchRecords.record(size) }
 
     func requestStarted() { inFlightGauge.record(inFlightRequests.add(1, ordering: .relaxed).newValue) }
 

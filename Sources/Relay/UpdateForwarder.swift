@@ -23,6 +23,12 @@ public struct Delivery: Sendable, Equatable {
     public var newestKnownMilliseconds: Int64?
     /// Whether Fleet Engine's live location was read.
     public var liveChecked: Bool
+
+    public init(outcome: DeliveryOutcome, newestKnownMilliseconds: Int64? = nil, liveChecked: Bool = false) {
+        self.outcome = outcome
+        self.newestKnownMilliseconds = newestKnownMilliseconds
+        self.liveChecked = liveChecked
+    }
 }
 
 /// Sends one update with its vehicle's token, retrying transient failures with

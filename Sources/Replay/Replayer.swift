@@ -205,7 +205,8 @@ public final class Replayer: Sendable {
                 case .failure(let rejection):
                     summary.bad += 1
                     Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
-                    deadLetters?.submit(RecordSource(record), reason: rejection.reason.rawValue, detail: rejection.detail) {
+                    deadLetters?.submit(DeadLetterOrder(source: RecordSource(record), reason: rejection.reason.rawValue,
+                                                        detail: rejection.detail)) {
                         written.add(1, ordering: .relaxed)
                     }
                 }

@@ -86,11 +86,9 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Dead-letter topic. Default: <topic>.dlq.")
     var deadLetterTopic: String?
 
-    @Option(help: "Most events in one batch.")
-    var batchSize = 500
-
-    @Option(help: "Milliseconds a partial batch waits for more events.")
-    var batchLingerMs = 100
+    // Accepted so that existing deployments still start; requests no longer wait for batches.
+    @Option(help: .hidden) var batchSize: Int?
+    @Option(help: .hidden) var batchLingerMs: Int?
 
     @Option(help: "Consumed but unfinished records above which fetching pauses.")
     var maxPendingRecords = 50_000
@@ -123,14 +121,17 @@ struct PipelineOptions: ParsableArguments {
     var retryMaxMs = 10_000
 
     func validate() throws {
-        guard batchSize >= 1 else { throw ValidationError("--batch-size must be at least 1") }
-        guard batchLingerMs >= 0 else { throw ValidationError("--batch-linger-ms must not be negative") }
-        guard maxPendingRecords >= batchSize else { throw ValidationError("--max-pending-records must be at least --batch-size") }
+        guard maxPendingRecords >= 1 else { throw ValidationError("--max-pending-records must be at least 1") }
         guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
         guard commitIntervalMs >= 10 else { throw ValidationError("--commit-interval-ms must be at least 10") }
         guard retryInitialMs >= 1, retryMaxMs >= retryInitialMs else {
             throw ValidationError("--retry-initial-ms must be at least 1 and at most --retry-max-ms")
         }
+    }
+
+    /// Flags that are still accepted but no longer do anything, for a warning at startup.
+    var ignoredFlags: [String] {
+        (batchSize == nil ? [] : ["--batch-size"]) + (batchLingerMs == nil ? [] : ["--batch-linger-ms"])
     }
 
     /// A revoke that gave up before a request's timeout could let that request land after
@@ -145,7 +146,7 @@ struct PipelineOptions: ParsableArguments {
                             requestTimeoutSeconds: Int) -> RelayConfiguration {
         RelayConfiguration(
             kafka: kafka, topic: topic, group: group, deadLetterTopic: deadLetterTopic, defaultKind: kind,
-            batchSize: batchSize, batchLinger: .milliseconds(batchLingerMs), maximumInFlight: maxInFlight,
+            maximumInFlight: maxInFlight,
             maximumPendingRecords: maxPendingRecords, pastLocationsLimit: maxPastLocations,
             commitInterval: .milliseconds(commitIntervalMs), shutdownTimeout: shutdownTimeout.duration,
             retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)),

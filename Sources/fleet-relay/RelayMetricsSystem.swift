@@ -17,7 +17,6 @@ enum RelayMetricsSystem {
                 .map { Duration.milliseconds($0) },
         ]
         factory.valueHistogramBuckets = [
-            "fleet_relay_batch_records": [1, 10, 50, 100, 250, 500, 1000, 5000],
             "fleet_relay_coalesced_per_request": [1, 2, 3, 5, 10, 20, 50, 100],
         ]
         if let mode {

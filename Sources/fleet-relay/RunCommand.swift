@@ -44,6 +44,9 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay")
+        for flag in pipeline.ignoredFlags {
+            logger.warning("\(flag) has no effect any more: a fix goes out as soon as its vehicle has no request under way")
+        }
         var kafkaConfiguration = try kafka.validatedConfiguration()
         if let groupInstanceId { kafkaConfiguration["group.instance.id"] = groupInstanceId }
         let setup = try await signer.makeSigner { logger.warning("\($0)") }

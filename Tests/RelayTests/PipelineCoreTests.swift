@@ -20,7 +20,6 @@ extension IntegrationTests {
             harness.emulator.goDown(for: .seconds(3600))
             func configure(_ configuration: inout RelayConfiguration) {
                 configuration.maximumPendingRecords = 400
-                configuration.batchSize = 100
                 configuration.shutdownTimeout = .seconds(2)
                 if let assignor { configuration.kafka["partition.assignment.strategy"] = assignor }
             }
@@ -58,7 +57,7 @@ extension IntegrationTests {
             let relay = try IntegrationTests.CommandLineTests.RunningProcess([
                 "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "relay",
                 "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "8",
-                "--max-pending-records", "400", "--batch-size", "100", "--batch-linger-ms", "20",
+                "--max-pending-records", "400",
                 "--retry-initial-ms", "10", "--retry-max-ms", "200",
                 "--kafka-property", "session.timeout.ms=6000", "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1",
             ])
@@ -114,6 +113,31 @@ extension IntegrationTests {
             #expect(vehicle.fixesOutOfOrder == 0)
             #expect(vehicle.updates >= 3, "at most 101 fixes per request")
             #expect(vehicle.locationTimeMilliseconds == generated.events.last?.recordedAt)
+            #expect(harness.backwardsUpdates == 0)
+            await harness.shutdown()
+        }
+
+        /// Every broker answers 1 s late (fetches, commits, metadata, watermark queries): fixes
+        /// still go out as they are fetched and commits keep advancing, wave after wave — nothing
+        /// in the delivery path waits for the broker.
+        @Test func aSlowBrokerDelaysNeitherDeliveryNorCommits() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            for broker: Int32 in 1...3 { harness.cluster.setBrokerRoundTripTime(broker, .seconds(1)) }
+            let running = try harness.startRelay(group: "relay")
+            var previous: GeneratedEvents?
+            for wave in 0..<3 {
+                let events = GeneratedEvents(vehicles: 50, fixesPerVehicle: 4, prefix: "wave\(wave)-", startingAfter: previous)
+                try await harness.produce(events.events.map(\.record))
+                try await eventually("wave \(wave) reaches the emulator", timeout: .seconds(120)) {
+                    harness.lostEvents(events.events).isEmpty
+                }
+                try await eventually("wave \(wave) is committed", timeout: .seconds(120)) {
+                    try await harness.committedToTheEnd(group: "relay")
+                }
+                previous = events
+            }
+            try await running.stop()
+            #expect(harness.duplicateFixes == 0)
             #expect(harness.backwardsUpdates == 0)
             await harness.shutdown()
         }

@@ -87,7 +87,7 @@ final class RelayHarness: Sendable {
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
                     tokens: TokenCache? = nil, configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
-        var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group, batchLinger: .milliseconds(20),
+        var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group,
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))

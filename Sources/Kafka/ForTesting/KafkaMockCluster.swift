@@ -51,6 +51,12 @@ public final class KafkaMockCluster: Sendable {
         rd_kafka_mock_broker_set_up(cluster.pointer, brokerId)
     }
 
+    /// Delays every answer of a broker by `roundTrip` (a slow or distant broker), until set back to zero.
+    public func setBrokerRoundTripTime(_ brokerId: Int32, _ roundTrip: Duration) {
+        rd_kafka_mock_broker_set_rtt(cluster.pointer, brokerId, Int32(roundTrip.components.seconds * 1000
+            + roundTrip.components.attoseconds / 1_000_000_000_000_000))
+    }
+
     /// Makes metadata answer `error` for the topic (3 UNKNOWN_TOPIC_OR_PART: as if it did not
     /// exist; 29 TOPIC_AUTHORIZATION_FAILED), until set back to 0.
     public func setTopicError(_ topic: String, error: Int32) {

@@ -1,0 +1,79 @@
+import Foundation
+import Kafka
+
+/// `PipelineState` behind one lock, for the relay's tasks and librdkafka's poll thread.
+/// Each method runs one event under the lock, then — outside it — resumes the workers the
+/// event released, rings the timer and wakes a waiting revoke; the rest of the actions
+/// (dead letters, pause changes, counts) go back to the caller.
+final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
+    typealias Worker = CheckedContinuation<CoalescedRequest?, Never>
+    typealias Actions = PipelineActions<Worker>
+
+    /// A condition as the lock, so that a revoke on the poll thread can wait for work to end.
+    private let lock = NSCondition()
+    private var state: PipelineState<Worker>
+    private let alarm = Alarm()
+
+    init(limits: PipelineState<Worker>.Limits) {
+        self.state = PipelineState(limits: limits, now: .now)
+    }
+
+    /// Reads the state under the lock.
+    func read<Value>(_ body: (PipelineState<Worker>) -> Value) -> Value {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(state)
+    }
+
+    /// Changes the state under the lock, for events that release nothing.
+    func update(_ body: (inout PipelineState<Worker>) -> Void) {
+        lock.lock()
+        body(&state)
+        lock.unlock()
+    }
+
+    /// Runs one event under the lock and carries out its mechanical actions after it.
+    @discardableResult
+    func handle(_ event: (inout PipelineState<Worker>) -> Actions) -> Actions {
+        lock.lock()
+        let actions = event(&state)
+        lock.unlock()
+        if actions.workFinished { lock.broadcast() }
+        if actions.wakeTimer { alarm.ring() }
+        for (worker, request) in actions.resume { worker.resume(returning: request) }
+        return actions
+    }
+
+    /// Suspends until a request is ready for this worker; nil when no more will come.
+    func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
+        await withCheckedContinuation { worker in
+            apply(handle { $0.requestWork(worker, now: .now) })
+        }
+    }
+
+    /// Blocks the calling thread (the poll thread, in a revoke) until no work on the
+    /// partitions is under way or `timeout` passed; returns how much is still under way.
+    /// Woken whenever work ends, never by a timer.
+    func waitUntilIdle(_ partitions: [TopicPartition], timeout: Duration) -> Int {
+        let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
+        lock.lock()
+        defer { lock.unlock() }
+        while state.workUnderWay(in: partitions) > 0, lock.wait(until: deadline) {}
+        return state.workUnderWay(in: partitions)
+    }
+
+    private func timerWillSleep() -> ContinuousClock.Instant {
+        lock.lock()
+        defer { lock.unlock() }
+        return state.timerWillSleep()
+    }
+
+    /// Releases deferred vehicles at their due time and forgets idle ones, sleeping in between
+    /// until the next deadline (or until an event sets an earlier one), until cancelled.
+    func runDeadlines(apply: (Actions) -> Void) async {
+        while !Task.isCancelled {
+            await alarm.sleep(until: timerWillSleep())
+            apply(handle { $0.deadlineReached(now: .now) })
+        }
+    }
+}

@@ -1,0 +1,469 @@
+import DequeModule
+import FleetAuth
+import HeapModule
+import Kafka
+
+/// A consumed record as the pipeline takes it: a decoded fix, or a record to dead-letter.
+public enum ConsumedRecord: Sendable {
+    case fix(PendingFix)
+    case bad(RecordSource, reason: String, detail: String)
+
+    var source: RecordSource {
+        switch self {
+        case .fix(let fix): fix.source
+        case .bad(let source, _, _): source
+        }
+    }
+}
+
+/// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it.
+public struct DeadLetterOrder: Sendable {
+    public let source: RecordSource
+    public let reason: String
+    public let detail: String
+
+    public init(source: RecordSource, reason: String, detail: String) {
+        self.source = source
+        self.reason = reason
+        self.detail = detail
+    }
+}
+
+/// A change of the partitions whose fetching is to be paused.
+public struct PauseChange: Sendable, Equatable {
+    /// Every partition to keep paused now.
+    public var wish: Set<TopicPartition>
+    public var pausing: [TopicPartition]
+    public var resuming: [TopicPartition]
+    /// Unfinished records per partition at which fetching pauses.
+    public var share: Int
+}
+
+/// What the owner of the state must do after an event, outside the lock.
+public struct PipelineActions<Waiter> {
+    /// Workers to resume with their next request (nil: no more work, stop).
+    public var resume: [(waiter: Waiter, request: CoalescedRequest?)] = []
+    public var deadLetters: [DeadLetterOrder] = []
+    public var pause: PauseChange?
+    /// A deadline earlier than the one the timer sleeps until was set.
+    public var wakeTimer = false
+    /// Work under way on some partition finished: a revoke waiting for it may go on.
+    public var workFinished = false
+    /// Fixes finished unsent because Fleet Engine holds one at least as new.
+    public var staleFixes = 0
+    /// Records taken in, per partition.
+    public var registered: [TopicPartition: Int] = [:]
+    fileprivate var pausing: [TopicPartition] = []
+    fileprivate var resuming: [TopicPartition] = []
+}
+
+/// The relay's core as one value: events in, actions out, no threads, no clock of its own.
+///
+/// It owns, per assigned partition, the unfinished offsets, generation, pause wish,
+/// revoke state and work under way; per vehicle, the fixes waiting, whether a request
+/// is in flight, the newest location Fleet Engine is known to hold and when the vehicle
+/// is due; and the workers waiting for a request. The guarantees follow from it:
+/// - **At-least-once**: an offset is committable only when every record at or below it
+///   finished (accepted, superseded, stale or dead-lettered).
+/// - **Never backwards**: one request per vehicle at a time, built only after the previous
+///   one was answered; fixes not newer than what Fleet Engine holds are never sent; the first
+///   request of a vehicle after an assignment change reads Fleet Engine's live location first;
+///   fixes of a partition being revoked are not sent.
+/// - **No silent drops**: every registered record ends finished, dead-lettered, or unfinished
+///   and uncommitted; a history longer than the past-locations cap goes out in chunks, oldest first.
+/// - **Bounded memory, no head-of-line blocking**: fetching pauses exactly for partitions holding
+///   their share of the pending records; idle vehicles are forgotten.
+///
+/// `Waiter` is whatever resumes a worker (a continuation in the relay, a number in tests).
+public struct PipelineState<Waiter> {
+    public struct Limits: Sendable {
+        public var pastLocations: Int
+        public var minimumInterval: Duration
+        public var vehicleIdleLimit: Duration
+        public var maximumPendingRecords: Int
+
+        public init(pastLocations: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
+                    vehicleIdleLimit: Duration = .seconds(300), maximumPendingRecords: Int = 50_000) {
+            self.pastLocations = pastLocations
+            self.minimumInterval = minimumInterval
+            self.vehicleIdleLimit = vehicleIdleLimit
+            self.maximumPendingRecords = maximumPendingRecords
+        }
+    }
+
+    public typealias Actions = PipelineActions<Waiter>
+
+    private struct DueVehicle: Comparable {
+        let due: ContinuousClock.Instant
+        let vehicle: VehicleIdentity
+
+        static func < (lhs: DueVehicle, rhs: DueVehicle) -> Bool { lhs.due < rhs.due }
+        static func == (lhs: DueVehicle, rhs: DueVehicle) -> Bool { lhs.due == rhs.due && lhs.vehicle == rhs.vehicle }
+    }
+
+    public let limits: Limits
+    private var partitions: [TopicPartition: PartitionProgress] = [:]
+    private var lanes: [VehicleIdentity: VehicleLane] = [:]
+    private var ready = Deque<VehicleIdentity>()
+    private var deferred = Heap<DueVehicle>()
+    private var waiters = Deque<Waiter>()
+    /// Advances with every assignment: a vehicle's first request in a new epoch reads its live location.
+    private var epoch: UInt64 = 0
+    private var intakeClosed = false
+    public private(set) var requestsInFlight = 0
+    private var nextSweep: ContinuousClock.Instant
+    /// What the timer sleeps until, while it sleeps.
+    private var timerDeadline: ContinuousClock.Instant
+    private var timerSleeping = false
+    /// The pause wish last handed out in the actions.
+    private var announcedPauseWish: Set<TopicPartition> = []
+
+    public init(limits: Limits, now: ContinuousClock.Instant) {
+        self.limits = limits
+        self.nextSweep = now + limits.vehicleIdleLimit / 2
+        self.timerDeadline = nextSweep
+    }
+
+    // MARK: Partitions
+
+    public mutating func assign(_ assigned: [TopicPartition], generation: UInt64) -> Actions {
+        for partition in assigned { partitions[partition] = PartitionProgress(generation: generation) }
+        epoch += 1
+        var actions = Actions()
+        for partition in partitions.keys { updatePause(partition, &actions) }
+        return finished(actions, assignmentChanged: true)
+    }
+
+    /// Stops new work on the partitions; work under way may still finish and be committed.
+    public mutating func beginRevoke(_ revoking: [TopicPartition]) {
+        for partition in revoking { partitions[partition]?.revoking = true }
+    }
+
+    public func workUnderWay(in partitions: [TopicPartition]) -> Int {
+        partitions.reduce(0) { $0 + (self.partitions[$1]?.workUnderWay ?? 0) }
+    }
+
+    /// Forgets the partitions; returns their final commit offsets (those not yet committed).
+    public mutating func finishRevoke(_ revoked: [TopicPartition]) -> (offsets: [TopicPartitionOffset], actions: Actions) {
+        let offsets = revoked.compactMap { partition in
+            partitions.removeValue(forKey: partition)?.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
+        }
+        var actions = Actions()
+        for partition in partitions.keys { updatePause(partition, &actions) }
+        return (offsets, finished(actions, assignmentChanged: true))
+    }
+
+    /// Whether work on the record should go on: its partition is assigned under the same
+    /// generation and not being revoked.
+    public func owns(_ source: RecordSource) -> Bool {
+        guard let partition = partitions[source.topicPartition] else { return false }
+        return partition.generation == source.generation && !partition.revoking
+    }
+
+    // MARK: Records
+
+    /// Takes consumed records in. Records of partitions not (or no longer) ours, or
+    /// already registered, are skipped; bad ones are ordered dead-lettered at once.
+    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> Actions {
+        var actions = Actions()
+        guard !intakeClosed else { return actions }
+        for record in records {
+            let source = record.source
+            guard owns(source), partitions[source.topicPartition]!.register(source.offset, at: now) else { continue }
+            actions.registered[source.topicPartition, default: 0] += 1
+            switch record {
+            case .fix(let fix):
+                lanes[fix.update.vehicle, default: VehicleLane(now: now)].queued.append(fix)
+                lanes[fix.update.vehicle]!.lastActive = now
+                schedule(fix.update.vehicle, now: now, &actions)
+            case .bad(let source, let reason, let detail):
+                orderDeadLetter(source, reason: reason, detail: detail, &actions)
+            }
+        }
+        for partition in actions.registered.keys { updatePause(partition, &actions) }
+        serveWaiters(now: now, &actions)
+        return finished(actions)
+    }
+
+    /// A dead letter was acknowledged: its record is finished.
+    public mutating func deadLetterWritten(_ source: RecordSource) -> Actions {
+        var actions = Actions()
+        finish(source, &actions)
+        endWork(on: [PartitionGeneration(source.topicPartition, source.generation)], &actions)
+        return finished(actions)
+    }
+
+    // MARK: Workers
+
+    /// A worker asks for its next request: it is resumed through the actions, now or later.
+    public mutating func requestWork(_ waiter: Waiter, now: ContinuousClock.Instant) -> Actions {
+        waiters.append(waiter)
+        var actions = Actions()
+        serveWaiters(now: now, &actions)
+        return finished(actions)
+    }
+
+    /// A request ended (not `awaitingToken`: see `retryLater`). Accepted and stale requests
+    /// finish their records; rejected ones order them dead-lettered; abandoned ones leave
+    /// them unfinished for whoever owns their partition next.
+    public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery,
+                                  now: ContinuousClock.Instant) -> Actions {
+        var actions = Actions()
+        let vehicle = request.update.vehicle
+        if var lane = lanes[vehicle] {
+            lane.learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
+            if delivery.liveChecked, let checked = request.liveCheckEpoch { lane.verifiedEpoch = checked }
+            lane.tokenAttempts = 0
+            lane.awaitingTokenSince = nil
+            lanes[vehicle] = lane
+        }
+        switch delivery.outcome {
+        case .accepted, .stale:
+            for source in request.sources { finish(source, &actions) }
+        case .rejected(let reason, let detail):
+            for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
+        case .abandoned, .awaitingToken:
+            break
+        }
+        endRequest(request, now: now, &actions)
+        return finished(actions)
+    }
+
+    /// No token could be had for the request: its fixes go back to the front of the
+    /// vehicle's queue and the vehicle waits `delay` before its next try. Fixes arriving
+    /// meanwhile join that try.
+    public mutating func retryLater(_ request: CoalescedRequest, after delay: Duration,
+                                    now: ContinuousClock.Instant) -> Actions {
+        var actions = Actions()
+        let vehicle = request.update.vehicle
+        if !intakeClosed, var lane = lanes[vehicle] {
+            lane.queued = request.carried + [request.newest] + lane.queued
+            lane.tokenAttempts = request.tokenAttempts + 1
+            lane.awaitingTokenSince = request.awaitingTokenSince ?? now
+            lane.inFlight = false
+            lanes[vehicle] = lane
+            deferVehicle(vehicle, until: now + delay, &actions)
+        }
+        endRequest(request, now: now, &actions)
+        return finished(actions)
+    }
+
+    /// Stops intake for good (shutdown): drops every queued fix, unsent and unfinished, so
+    /// it stays uncommitted; workers are released once the requests under way ended.
+    public mutating func closeIntake() -> Actions {
+        intakeClosed = true
+        for vehicle in lanes.keys {
+            lanes[vehicle]!.queued = []
+            lanes[vehicle]!.schedule = .idle
+        }
+        ready = []
+        deferred = Heap()
+        var actions = Actions()
+        serveWaiters(now: .now, &actions)
+        return finished(actions)
+    }
+
+    // MARK: Deadlines
+
+    /// The next moment something is due: a deferred vehicle, or forgetting idle vehicles. The
+    /// sweep is always due at some point, so a sleeping timer never misses the first vehicle.
+    public var nextDeadline: ContinuousClock.Instant {
+        deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
+    }
+
+    /// The timer goes to sleep until the returned deadline, or until an event wakes it.
+    public mutating func timerWillSleep() -> ContinuousClock.Instant {
+        timerSleeping = true
+        timerDeadline = nextDeadline
+        return timerDeadline
+    }
+
+    /// The timer woke: vehicles whose time came are scheduled, idle vehicles forgotten.
+    public mutating func deadlineReached(now: ContinuousClock.Instant) -> Actions {
+        timerSleeping = false
+        var actions = Actions()
+        while let first = deferred.min, first.due <= now {
+            deferred.removeMin()
+            guard lanes[first.vehicle]?.schedule == .deferred(until: first.due) else { continue }
+            lanes[first.vehicle]!.schedule = .idle
+            schedule(first.vehicle, now: now, &actions)
+        }
+        if now >= nextSweep { forgetIdleVehicles(now: now) }
+        serveWaiters(now: now, &actions)
+        return finished(actions)
+    }
+
+    // MARK: Commits
+
+    /// Offsets that advanced since the last commit, by partition.
+    public func offsetsToCommit() -> [TopicPartitionOffset] {
+        partitions.compactMap { partition, progress in
+            progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
+        }.sorted { $0.topicPartition < $1.topicPartition }
+    }
+
+    public mutating func committed(_ offsets: [TopicPartitionOffset]) {
+        for entry in offsets where partitions[entry.topicPartition] != nil {
+            partitions[entry.topicPartition]!.lastCommitted = entry.offset
+        }
+    }
+
+    // MARK: Observation
+
+    public var assignedPartitions: [TopicPartition] { partitions.keys.sorted() }
+    public var pauseWish: Set<TopicPartition> { Set(partitions.filter(\.value.paused).keys) }
+    public var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinished.count) }
+    public var unfinishedRecords: Int { partitions.values.reduce(0) { $0 + $1.unfinished.count } }
+    public var uncommittedRecords: Int64 { partitions.values.reduce(0) { $0 + $1.uncommitted } }
+    public var lastCommittedOffsets: [TopicPartition: Int64] { partitions.compactMapValues(\.lastCommitted) }
+    public var vehicleCount: Int { lanes.count }
+    public var queuedFixes: Int { lanes.values.reduce(0) { $0 + $1.queued.count } }
+    public var readyVehicles: Int { ready.count }
+    public var waitingWorkers: Int { waiters.count }
+
+    public func oldestUnfinishedAge(now: ContinuousClock.Instant) -> [TopicPartition: Duration] {
+        partitions.mapValues { $0.oldestUnfinishedAge(now: now) }
+    }
+
+    // MARK: Vehicles
+
+    /// Puts a vehicle with fixes and nothing under way into the ready queue, or defers it
+    /// until its minimum interval since the last request passed.
+    private mutating func schedule(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant, _ actions: inout Actions) {
+        guard let lane = lanes[vehicle], lane.wantsScheduling else { return }
+        if limits.minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + limits.minimumInterval {
+            deferVehicle(vehicle, until: lastSentAt + limits.minimumInterval, &actions)
+        } else {
+            lanes[vehicle]!.schedule = .ready
+            ready.append(vehicle)
+        }
+    }
+
+    private mutating func deferVehicle(_ vehicle: VehicleIdentity, until due: ContinuousClock.Instant,
+                                       _ actions: inout Actions) {
+        lanes[vehicle]!.schedule = .deferred(until: due)
+        deferred.insert(DueVehicle(due: due, vehicle: vehicle))
+        if timerSleeping, due < timerDeadline {
+            timerDeadline = due
+            actions.wakeTimer = true
+        }
+    }
+
+    /// The next request from the ready queue: the vehicle's fixes still ours, coalesced;
+    /// fixes not newer than what Fleet Engine holds finish as stale.
+    private mutating func takeReadyRequest(now: ContinuousClock.Instant, _ actions: inout Actions) -> CoalescedRequest? {
+        while let vehicle = ready.popFirst() {
+            guard var lane = lanes[vehicle], lane.schedule == .ready else { continue }
+            lane.schedule = .idle
+            let coalesced = Coalescer.coalesce(
+                vehicle: vehicle, fixes: lane.queued.filter { owns($0.source) },
+                newestAcceptedMilliseconds: lane.newestKnownMilliseconds, pastLimit: limits.pastLocations)
+            lane.queued = coalesced.later
+            for fix in coalesced.stale { finish(fix.source, &actions) }
+            actions.staleFixes += coalesced.stale.count
+            guard var request = coalesced.request else {
+                lanes[vehicle] = lane
+                continue
+            }
+            if lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+            request.tokenAttempts = lane.tokenAttempts
+            request.awaitingTokenSince = lane.awaitingTokenSince
+            lane.inFlight = true
+            lane.lastSentAt = now
+            lanes[vehicle] = lane
+            requestsInFlight += 1
+            for site in request.partitions { partitions[site.topicPartition]?.workUnderWay += 1 }
+            return request
+        }
+        return nil
+    }
+
+    private mutating func endRequest(_ request: CoalescedRequest, now: ContinuousClock.Instant, _ actions: inout Actions) {
+        requestsInFlight -= 1
+        endWork(on: request.partitions, &actions)
+        let vehicle = request.update.vehicle
+        if lanes[vehicle] != nil {
+            lanes[vehicle]!.inFlight = false
+            lanes[vehicle]!.lastActive = now
+            schedule(vehicle, now: now, &actions)
+        }
+        serveWaiters(now: now, &actions)
+    }
+
+    private var isDrained: Bool { intakeClosed && requestsInFlight == 0 }
+
+    private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        while !waiters.isEmpty {
+            if let request = takeReadyRequest(now: now, &actions) {
+                actions.resume.append((waiters.removeFirst(), request))
+            } else if isDrained {
+                actions.resume += waiters.map { ($0, nil) }
+                waiters = []
+            } else {
+                return
+            }
+        }
+    }
+
+    /// One pass over every lane, at most twice per idle limit: the cost stays a small
+    /// fraction of the work the lanes did meanwhile.
+    private mutating func forgetIdleVehicles(now: ContinuousClock.Instant) {
+        nextSweep = now + limits.vehicleIdleLimit / 2
+        lanes = lanes.filter { _, lane in !lane.isIdle || now - lane.lastActive < limits.vehicleIdleLimit }
+    }
+
+    // MARK: Offsets and flow control
+
+    private mutating func finish(_ source: RecordSource, _ actions: inout Actions) {
+        guard partitions[source.topicPartition]?.generation == source.generation else { return }
+        partitions[source.topicPartition]!.finish(source.offset)
+        updatePause(source.topicPartition, &actions)
+    }
+
+    private mutating func orderDeadLetter(_ source: RecordSource, reason: String, detail: String,
+                                          _ actions: inout Actions) {
+        if partitions[source.topicPartition]?.generation == source.generation {
+            partitions[source.topicPartition]!.workUnderWay += 1
+        }
+        actions.deadLetters.append(DeadLetterOrder(source: source, reason: reason, detail: detail))
+    }
+
+    private mutating func endWork(on sites: [PartitionGeneration], _ actions: inout Actions) {
+        for site in sites where partitions[site.topicPartition]?.generation == site.generation {
+            partitions[site.topicPartition]!.workUnderWay -= 1
+            if partitions[site.topicPartition]!.workUnderWay == 0 { actions.workFinished = true }
+        }
+    }
+
+    /// Unfinished records per partition at which its fetching pauses: an equal share of the bound.
+    private var share: Int { max(1, limits.maximumPendingRecords / max(1, partitions.count)) }
+
+    /// Pauses a partition holding its share of unfinished records, and resumes it once half
+    /// of that finished. Unfinished records are counted, not the window behind the oldest,
+    /// so a vehicle stuck in retries holds back only its own partition.
+    private mutating func updatePause(_ partition: TopicPartition, _ actions: inout Actions) {
+        guard !intakeClosed, let progress = partitions[partition] else { return }
+        let unfinished = progress.unfinished.count
+        if !progress.paused, unfinished >= share {
+            partitions[partition]!.paused = true
+            actions.pausing.append(partition)
+        } else if progress.paused, unfinished <= share / 2 {
+            partitions[partition]!.paused = false
+            actions.resuming.append(partition)
+        }
+    }
+
+    /// Completes an event's actions with the pause wish, when it differs from the last one
+    /// handed out. After an assignment change it is handed out even when no partition flipped,
+    /// so that a revoked partition's pause never lingers in the consumer's wish.
+    private mutating func finished(_ actions: Actions, assignmentChanged: Bool = false) -> Actions {
+        guard assignmentChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty else { return actions }
+        let wish = pauseWish
+        guard wish != announcedPauseWish else { return actions }
+        announcedPauseWish = wish
+        var actions = actions
+        actions.pause = PauseChange(wish: wish, pausing: actions.pausing.filter(wish.contains).sorted(),
+                                    resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: share)
+        return actions
+    }
+}
