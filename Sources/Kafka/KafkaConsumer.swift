@@ -69,6 +69,11 @@ public final class KafkaConsumer: Sendable {
         // librdkafka prefetches up to 64 MB by default; the relay bounds its own pending
         // records, so more than a few MB ahead only costs memory.
         "queued.max.messages.kbytes": "8192",
+        // A broker answers a fetch as soon as data is there; this bounds how long a fetch that
+        // found none waits before the next one (librdkafka: 500 ms). Brokers that only answer at
+        // the end of the wait (librdkafka's mock cluster among them) would otherwise add up to
+        // half a second to every fix; on a real broker it costs a few empty fetches when idle.
+        "fetch.wait.max.ms": "100",
     ]
 
     /// - Parameters:
