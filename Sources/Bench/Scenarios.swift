@@ -136,6 +136,7 @@ struct Scenarios {
                    of: "emulator ceiling")
         report.add(section, "coalescing (events per request)", Double(backlog.events) / requests, "events/request")
         report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
+        report.add(section, "relay CPU per Fleet Engine request", cpu / max(relayRequests, 1) * 1e6, "µs")
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "tokens minted", minted, "tokens", ratio: minted / Double(backlog.vehicles), of: "vehicles")
         report.add(section, "events not sent for a counted reason (past the pastLocations cap, stale)", unsent, "events")

@@ -39,8 +39,6 @@ public final class FleetEngineEmulator: EmulatedService {
         /// When the first and the latest update request arrived: rate-limit checks measure here.
         public var firstUpdateAt: ContinuousClock.Instant?
         public var lastUpdateAt: ContinuousClock.Instant?
-        /// Updates that arrived while another update of the same vehicle was still open.
-        public var overlappingUpdates = 0
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -55,9 +53,6 @@ public final class FleetEngineEmulator: EmulatedService {
         public var rejectedVehicles: Set<String>
         /// Vehicles whose updates are answered 503 UNAVAILABLE every time: a vehicle stuck in retries.
         public var unavailableVehicles: Set<String>
-        /// Delay added before an update (not a read) is applied: a slow backend. An update whose
-        /// client closes the connection meanwhile is dropped unapplied.
-        public var updateLatency: Duration = .zero
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
                     rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = []) {
@@ -88,8 +83,6 @@ public final class FleetEngineEmulator: EmulatedService {
         var receivedTokens: Set<String> = []
         /// Receipt time minus `lastLocation` time of accepted updates, since the last reset.
         var latency = LatencyHistogram()
-        /// Updates received and not yet answered, by path (vehicle).
-        var openUpdates: [String: Int] = [:]
         /// Only fixes located at or after this time count toward the latency (a warm measurement).
         var latencyLocatedAfter = Int64.min
     }
@@ -128,25 +121,9 @@ public final class FleetEngineEmulator: EmulatedService {
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
         guard request.path.hasPrefix("/v1/providers/") else { return nil }
-        let (latency, updateLatency) = state.withLock { ($0.plan.latency, $0.plan.updateLatency) }
+        let latency = state.withLock { $0.plan.latency }
         if latency > .zero { try? await Task.sleep(for: latency) }
-        guard request.method != "GET" else { return handle(request) }
-        return await whileOpen(request) {
-            if updateLatency > .zero { try? await Task.sleep(for: updateLatency) }
-            guard !Task.isCancelled else { return Self.error(499, "CANCELLED", "The client went away.") }
-            return handle(request)
-        }
-    }
-
-    /// Counts an update that arrives while another update of the same vehicle is still open:
-    /// two owners of one vehicle at once, which a revoke that waits for its requests rules out.
-    private func whileOpen(_ request: HTTPRequest, _ body: () async -> HTTPResponse) async -> HTTPResponse {
-        state.withLock { state in
-            if state.openUpdates[request.path, default: 0] > 0 { state.statistics.overlappingUpdates += 1 }
-            state.openUpdates[request.path, default: 0] += 1
-        }
-        defer { state.withLock { $0.openUpdates[request.path]! -= 1 } }
-        return await body()
+        return handle(request)
     }
 
     public var baseURL: String? { server.withLock { $0?.baseURL } }

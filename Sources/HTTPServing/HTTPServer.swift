@@ -84,15 +84,9 @@ private final class RequestHandler: ChannelInboundHandler {
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
     private var tooLarge = false
-    private var responding: Task<Void, Never>?
 
     init(responder: @escaping HTTPResponder) {
         self.responder = responder
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        responding?.cancel()
-        context.fireChannelInactive()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -124,9 +118,7 @@ private final class RequestHandler: ChannelInboundHandler {
         } else {
             let request = Self.request(from: head, body: body)
             let responder = self.responder
-            // Kept so that a client closing the connection cancels the responder, as a front end drops
-            // a request whose caller went away.
-            responding = Task { promise.succeed(await responder(request)) }
+            promise.completeWithTask { await responder(request) }
         }
         body = []
         promise.futureResult.whenSuccess { response in

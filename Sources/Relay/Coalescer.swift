@@ -27,7 +27,13 @@ public struct CoalescedRequest: Sendable {
         self.newest = newest
         self.carried = carried
         self.sources = [newest.source] + carried.map(\.source)
-        self.partitions = Array(Set(sources.map { PartitionGeneration($0.topicPartition, $0.generation) }))
+        // Almost always one partition (events are keyed by vehicle): a scan beats building a set per request.
+        var partitions: [PartitionGeneration] = []
+        for source in sources {
+            let site = PartitionGeneration(source.topicPartition, source.generation)
+            if !partitions.contains(site) { partitions.append(site) }
+        }
+        self.partitions = partitions
     }
 }
 

@@ -32,12 +32,12 @@ public struct RelayConfiguration: Sendable {
     public var vehicleIdleTimeout: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
-                defaultKind: VehicleKind = .vehicle, maximumInFlight: Int = 64, maximumPendingRecords: Int = 50_000,
+                defaultKind: VehicleKind = .vehicle, maximumInFlight: Int = 64, maximumPendingRecords: Int = PipelineLimits.defaultMaximumPendingRecords,
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
                 retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(20),
                 minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60),
-                vehicleIdleTimeout: Duration = .seconds(300)) {
+                vehicleIdleTimeout: Duration = PipelineLimits.defaultVehicleIdleLimit) {
         self.kafka = kafka
         self.topic = topic
         self.group = group

@@ -116,7 +116,7 @@ struct DemoSideshow: Service {
         let seconds = elapsed.components.seconds
         Console.line("[\(seconds)s] consumed \(totals.consumed) | forwarded \(totals.accepted + totals.superseded) "
             + "(\(totals.requestsAccepted) requests) | dead-lettered \(totals.deadLettered) | "
-            + "vehicles \(await relay.vehicleCount) seen, \(emulator.vehicles.count) in Fleet Engine | "
+            + "vehicles \(relay.vehicleCount) seen, \(emulator.vehicles.count) in Fleet Engine | "
             + "uncommitted \(relay.uncommittedRecords)\(relay.isPaused ? " | paused" : "")")
     }
 }

@@ -123,6 +123,9 @@ extension IntegrationTests {
         @Test func aSlowBrokerDelaysNeitherDeliveryNorCommits() async throws {
             let harness = try await RelayHarness(partitions: 4)
             for broker: Int32 in 1...3 { harness.cluster.setBrokerRoundTripTime(broker, .seconds(1)) }
+            let probeStarted = ContinuousClock.now
+            _ = try await harness.endOffsets()
+            #expect(ContinuousClock.now - probeStarted >= .seconds(1), "the brokers answer late")
             let running = try harness.startRelay(group: "relay")
             var previous: GeneratedEvents?
             for wave in 0..<3 {
@@ -158,7 +161,7 @@ extension IntegrationTests {
             try await harness.produce(active.events.map(\.record))
             try await eventually("the active vehicles' fixes arrive") { harness.lostEvents(active.events).isEmpty }
             try await eventually("only about the active vehicles are remembered", timeout: .seconds(120)) {
-                await running.relay.vehicleCount <= 100
+                running.relay.vehicleCount <= 100
             }
             try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: "relay") }
             try await running.stop()

@@ -5,23 +5,15 @@ import Synchronization
 /// between reading the next deadline and going to sleep is never missed.
 final class Alarm: Sendable {
     private struct State {
-        var rung = false
-        var cancelled = false
+        /// Rung, or the sleeper cancelled, while nobody slept: the next sleep returns at once.
+        var pending = false
         var sleeper: CheckedContinuation<Void, Never>?
     }
 
     private let state = Mutex(State())
 
     func ring() {
-        let sleeper = state.withLock { state in
-            guard let sleeper = state.sleeper else {
-                state.rung = true
-                return nil as CheckedContinuation<Void, Never>?
-            }
-            state.sleeper = nil
-            return sleeper
-        }
-        sleeper?.resume()
+        wakeSleeper()
     }
 
     /// Returns at the deadline, on a ring, or when the task is cancelled.
@@ -38,23 +30,25 @@ final class Alarm: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let returnNow = state.withLock { state in
-                    defer { (state.rung, state.cancelled) = (false, false) }
-                    guard !state.rung, !state.cancelled else { return true }
+                    defer { state.pending = false }
+                    guard !state.pending else { return true }
                     state.sleeper = continuation
                     return false
                 }
                 if returnNow { continuation.resume() }
             }
         } onCancel: {
-            let sleeper = state.withLock { state in
-                guard let sleeper = state.sleeper else {
-                    state.cancelled = true
-                    return nil as CheckedContinuation<Void, Never>?
-                }
-                state.sleeper = nil
-                return sleeper
-            }
-            sleeper?.resume()
+            wakeSleeper()
         }
+    }
+
+    /// Resumes the sleeper, or, when nobody sleeps yet, makes the next sleep return at once.
+    private func wakeSleeper() {
+        let sleeper = state.withLock { state in
+            defer { state.sleeper = nil }
+            if state.sleeper == nil { state.pending = true }
+            return state.sleeper
+        }
+        sleeper?.resume()
     }
 }

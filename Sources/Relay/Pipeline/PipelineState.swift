@@ -39,6 +39,26 @@ public struct PauseChange: Sendable, Equatable {
     public var share: Int
 }
 
+/// The bounds and pacing `PipelineState` works within.
+public struct PipelineLimits: Sendable {
+    public static let defaultVehicleIdleLimit = Duration.seconds(300)
+    public static let defaultMaximumPendingRecords = 50_000
+
+    public var pastLocations: Int
+    public var minimumInterval: Duration
+    public var vehicleIdleLimit: Duration
+    public var maximumPendingRecords: Int
+
+    public init(pastLocations: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
+                vehicleIdleLimit: Duration = defaultVehicleIdleLimit,
+                maximumPendingRecords: Int = defaultMaximumPendingRecords) {
+        self.pastLocations = pastLocations
+        self.minimumInterval = minimumInterval
+        self.vehicleIdleLimit = vehicleIdleLimit
+        self.maximumPendingRecords = maximumPendingRecords
+    }
+}
+
 /// What the owner of the state must do after an event, outside the lock.
 public struct PipelineActions<Waiter> {
     /// Workers to resume with their next request (nil: no more work, stop).
@@ -76,20 +96,7 @@ public struct PipelineActions<Waiter> {
 ///
 /// `Waiter` is whatever resumes a worker (a continuation in the relay, a number in tests).
 public struct PipelineState<Waiter> {
-    public struct Limits: Sendable {
-        public var pastLocations: Int
-        public var minimumInterval: Duration
-        public var vehicleIdleLimit: Duration
-        public var maximumPendingRecords: Int
-
-        public init(pastLocations: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
-                    vehicleIdleLimit: Duration = .seconds(300), maximumPendingRecords: Int = 50_000) {
-            self.pastLocations = pastLocations
-            self.minimumInterval = minimumInterval
-            self.vehicleIdleLimit = vehicleIdleLimit
-            self.maximumPendingRecords = maximumPendingRecords
-        }
-    }
+    public typealias Limits = PipelineLimits
 
     public typealias Actions = PipelineActions<Waiter>
 
@@ -240,7 +247,6 @@ public struct PipelineState<Waiter> {
             lane.queued = request.carried + [request.newest] + lane.queued
             lane.tokenAttempts = request.tokenAttempts + 1
             lane.awaitingTokenSince = request.awaitingTokenSince ?? now
-            lane.inFlight = false
             lanes[vehicle] = lane
             deferVehicle(vehicle, until: now + delay, &actions)
         }
