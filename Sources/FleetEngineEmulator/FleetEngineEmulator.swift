@@ -39,6 +39,11 @@ public final class FleetEngineEmulator: EmulatedService {
         /// When the first and the latest update request arrived: rate-limit checks measure here.
         public var firstUpdateAt: ContinuousClock.Instant?
         public var lastUpdateAt: ContinuousClock.Instant?
+        /// Updates that arrived while another update of the same vehicle was still open: two
+        /// relays sending for one vehicle at once, which a revoke must rule out.
+        public var overlappingUpdates = 0
+        /// Updates dropped unapplied because their client closed the connection during `updateLatency`.
+        public var updatesAbandonedByClient = 0
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -53,9 +58,14 @@ public final class FleetEngineEmulator: EmulatedService {
         public var rejectedVehicles: Set<String>
         /// Vehicles whose updates are answered 503 UNAVAILABLE every time: a vehicle stuck in retries.
         public var unavailableVehicles: Set<String>
+        /// Delay before an update (not a read) is applied: a slow backend. An update whose client
+        /// closes the connection meanwhile is dropped unapplied.
+        public var updateLatency: Duration
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
-                    rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = []) {
+                    rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = [],
+                    updateLatency: Duration = .zero) {
+            self.updateLatency = updateLatency
             self.failRate = failRate
             self.throttleRate = throttleRate
             self.latency = latency
@@ -85,6 +95,8 @@ public final class FleetEngineEmulator: EmulatedService {
         var latency = LatencyHistogram()
         /// Only fixes located at or after this time count toward the latency (a warm measurement).
         var latencyLocatedAfter = Int64.min
+        /// Update requests received and not yet answered, by path (one path per vehicle).
+        var openUpdates: [String: Int] = [:]
     }
 
     public let provider: String
@@ -121,9 +133,31 @@ public final class FleetEngineEmulator: EmulatedService {
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
         guard request.path.hasPrefix("/v1/providers/") else { return nil }
-        let latency = state.withLock { $0.plan.latency }
+        let (latency, updateLatency) = state.withLock { ($0.plan.latency, $0.plan.updateLatency) }
         if latency > .zero { try? await Task.sleep(for: latency) }
-        return handle(request)
+        guard request.method != "GET" else { return handle(request) }
+        return await whileOpen(request) {
+            if updateLatency > .zero, await !request.connection.hold(for: updateLatency) {
+                state.withLock { $0.statistics.updatesAbandonedByClient += 1 }
+                return .googleError(499, "CANCELLED", "The client went away.")
+            }
+            return handle(request)
+        }
+    }
+
+    /// Counts an update that arrives while another update of the same vehicle is still open.
+    private func whileOpen(_ request: HTTPRequest, _ body: () async -> HTTPResponse) async -> HTTPResponse {
+        state.withLock { state in
+            if state.openUpdates[request.path, default: 0] > 0 { state.statistics.overlappingUpdates += 1 }
+            state.openUpdates[request.path, default: 0] += 1
+        }
+        defer {
+            state.withLock { state in
+                state.openUpdates[request.path]! -= 1
+                if state.openUpdates[request.path] == 0 { state.openUpdates[request.path] = nil }
+            }
+        }
+        return await body()
     }
 
     public var baseURL: String? { server.withLock { $0?.baseURL } }
@@ -143,6 +177,9 @@ public final class FleetEngineEmulator: EmulatedService {
     public var vehicles: [VehicleIdentity: Vehicle] { state.withLock { $0.vehicles } }
 
     public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Update requests received and not yet answered.
+    public var openUpdates: Int { state.withLock { $0.openUpdates.values.reduce(0, +) } }
 
     /// Every distinct bearer token received, when the emulator records history (leak checks in tests).
     public var receivedTokens: Set<String> { state.withLock { $0.receivedTokens } }

@@ -21,6 +21,8 @@ public struct CoalescedRequest: Sendable {
     public let sources: [RecordSource]
     /// The partitions (and their assignment generations) whose records the request settles.
     public let partitions: [PartitionGeneration]
+    /// How a revoke of one of `partitions` cancels the request while it is under way.
+    public let cancellation: RequestCancellation
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         self.update = update
@@ -34,6 +36,7 @@ public struct CoalescedRequest: Sendable {
             if !partitions.contains(site) { partitions.append(site) }
         }
         self.partitions = partitions
+        self.cancellation = RequestCancellation(vehicle: update.vehicle, partitions: partitions)
     }
 }
 

@@ -105,7 +105,7 @@ public final class RelayService: Service, Sendable {
                 health.recordJoinedGroup()
                 return []
             case .revoked(let partitions, let lost):
-                pipeline.update { $0.beginRevoke(partitions) }
+                pipeline.handle { $0.beginRevoke(partitions) }
                 if !lost { waitForWorkUnderWay(in: partitions) }
                 var finalOffsets: [TopicPartitionOffset] = []
                 carryOut(pipeline.handle { state in
@@ -122,10 +122,10 @@ public final class RelayService: Service, Sendable {
     }
 
     /// Runs on the poll thread inside the revoke callback, after new work on the
-    /// partitions stopped: gives requests and dead-letter writes already under way
-    /// up to `revokeDrainTimeout` (longer than a request may take) to finish, so that
-    /// their offsets are committed before another member takes over and no request of
-    /// this member can land after the next owner's. Queued records stay uncommitted for it.
+    /// partitions stopped and their requests under way were cancelled: waits until those
+    /// requests ended and dead-letter writes under way finished, up to `revokeDrainTimeout`,
+    /// so that what finished is committed before another member takes over and no request
+    /// of this member can land after the next owner's. Queued records stay uncommitted for it.
     private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
         guard !drained.load(ordering: .relaxed) else { return }
         let left = pipeline.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
@@ -193,10 +193,12 @@ public final class RelayService: Service, Sendable {
     private func work() async {
         while let request = await pipeline.nextRequest(whenReady: carryOut) {
             statistics.requestStarted()
-            let pipeline = self.pipeline
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
-                                                   awaitingTokenSince: request.awaitingTokenSince) {
-                pipeline.read { state in request.sources.contains(where: state.owns) }
+            let (pipeline, forwarder) = (self.pipeline, self.forwarder)
+            let delivery = await request.cancellation.run {
+                await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
+                                        awaitingTokenSince: request.awaitingTokenSince) {
+                    pipeline.read { state in request.sources.contains(where: state.owns) }
+                }
             }
             if delivery.outcome == .awaitingToken {
                 let delay = configuration.retryPolicy.delay(attempt: request.tokenAttempts, retryAfterSeconds: nil)

@@ -43,6 +43,40 @@ extension IntegrationTests {
             await harness.shutdown()
         }
 
+        /// Fleet Engine takes a minute to apply each update while a member joins: the first
+        /// member's revoke must end its requests (cancel them and wait until they ended)
+        /// before the partitions move. Otherwise the new owner sends for the same vehicles
+        /// while the old owner's updates are still open, and those can land after the newer fix.
+        @Test func aRevokeWhileUpdatesHangLetsNoTwoOwnersSendForOneVehicleAtOnce() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            harness.emulator.faultPlan = .init(updateLatency: .seconds(60))
+            let first = GeneratedEvents(vehicles: 40, fixesPerVehicle: 1)
+            try await harness.produce(first.events.map(\.record))
+            func configure(_ configuration: inout RelayConfiguration) {
+                configuration.revokeDrainTimeout = .seconds(65)
+                configuration.shutdownTimeout = .seconds(2)
+            }
+            let old = try harness.startRelay(group: "relay", requestTimeout: .seconds(60), configure: configure)
+            try await eventually("every vehicle's update hangs at Fleet Engine") { harness.emulator.openUpdates == 40 }
+
+            let joining = try harness.startRelay(group: "relay", requestTimeout: .seconds(60), configure: configure)
+            try await eventually("the joining member is assigned partitions", timeout: .seconds(240)) {
+                !joining.relay.assignedPartitions.isEmpty
+            }
+            harness.emulator.faultPlan = .init()
+            let second = GeneratedEvents(vehicles: 40, fixesPerVehicle: 2, startingAfter: first)
+            try await harness.produce(second.events.map(\.record))
+            try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: first.events + second.events),
+                                                             group: "relay")
+            #expect(harness.emulator.statistics.overlappingUpdates == 0,
+                    "an update arrived while the previous owner's update of the vehicle was still open")
+            #expect(harness.backwardsUpdates == 0)
+            #expect(joining.relay.statistics.snapshot.accepted > 0, "the joining member delivered some vehicles")
+            try await joining.stop()
+            try await old.stop()
+            await harness.shutdown()
+        }
+
         /// Fleet Engine answers one vehicle 503 for as long as the test runs. Every other
         /// vehicle, on every partition, keeps flowing; only the stuck vehicle's partition
         /// holds its commit, at the stuck vehicle's first record.

@@ -82,3 +82,39 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(try flowControl(at: start + .seconds(41)).ok)
     }
 }
+
+@Suite struct RequestCancellationTests {
+    let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+
+    func request() throws -> CoalescedRequest {
+        try #require(Coalescer.coalesce(vehicle: vehicle, fixes: [pendingFix("v", at: 1)],
+                                        newestAcceptedMilliseconds: nil, pastLimit: 100).request)
+    }
+
+    /// The delivery a revoke cancels ends, and `run` returns only once it has.
+    @Test func aCancelledDeliveryEndsBeforeRunReturns() async throws {
+        let cancellation = try request().cancellation
+        let (started, start) = AsyncStream.makeStream(of: Void.self)
+        async let outcome = cancellation.run {
+            start.yield()
+            return (try? await Task.sleep(for: .seconds(3600))) == nil ? "cancelled" : "finished"
+        }
+        for await _ in started { break }
+        cancellation.cancel()
+        #expect(await outcome == "cancelled", "the delivery saw the cancellation and ended")
+    }
+
+    @Test func aCancellationBeforeTheDeliveryStartsStillCancelsIt() async throws {
+        let cancellation = try request().cancellation
+        cancellation.cancel()
+        let outcome = await cancellation.run { (try? await Task.sleep(for: .seconds(3600))) == nil ? "cancelled" : "finished" }
+        #expect(outcome == "cancelled")
+    }
+
+    @Test func aDeliveryThatEndedIsUntouchedByALateCancellation() async throws {
+        let cancellation = try request().cancellation
+        #expect(await cancellation.run { "finished" } == "finished")
+        cancellation.cancel()
+        #expect(!cancellation.isCancelled, "nothing was under way to cancel")
+    }
+}

@@ -102,14 +102,16 @@ import Testing
         #expect(try #require(core.request()).liveCheckEpoch == 2)
     }
 
-    @Test func aRevokeStopsNewWorkOnItsPartitionsAndWaitsForWorkUnderWay() throws {
+    @Test func aRevokeStopsNewWorkOnItsPartitionsAndCancelsAndWaitsForWorkUnderWay() throws {
         let core = Core(partitions: [0, 1])
         core.consume([core.fix("v", at: 1, offset: 0), core.fix("w", at: 1, offset: 0, partition: 1)])
         let onRevoked = try #require(core.request())
         let onKept = try #require(core.request())
         core.consume([core.fix("v", at: 2, offset: 1)])
-        core.state.beginRevoke([core.partition(0)])
-        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1)
+        let revoking = core.state.beginRevoke([core.partition(0)])
+        #expect(revoking.cancel.map(\.vehicle.id) == ["v"], "only the revoked partition's request is cancelled")
+        #expect(revoking.cancel.first === onRevoked.cancellation)
+        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1, "cancelled, yet under way until it ended")
         core.consume([core.fix("v", at: 3, offset: 2)])
         let finished = core.complete(onRevoked, .accepted)
         #expect(finished.workFinished)
@@ -242,7 +244,7 @@ import Testing
         let core = Core(limits: .init(maximumPendingRecords: 4), partitions: [0, 1])
         core.consume((0..<4).map { core.fix("v\($0)", at: 1, offset: Int64($0 / 2), partition: Int32($0 % 2)) })
         #expect(core.pauseWish == [core.partition(0), core.partition(1)])
-        core.state.beginRevoke([core.partition(0), core.partition(1)])
+        _ = core.state.beginRevoke([core.partition(0), core.partition(1)])
         let revoked = core.state.finishRevoke([core.partition(0), core.partition(1)])
         core.observe(revoked.actions)
         #expect(core.pauseWish.isEmpty, "a revoked partition's pause must not stay in the wish")

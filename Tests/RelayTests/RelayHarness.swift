@@ -86,11 +86,13 @@ final class RelayHarness: Sendable {
     }
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
-                    tokens: TokenCache? = nil, configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
+                    tokens: TokenCache? = nil, requestTimeout: Duration = .seconds(15),
+                    configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
         var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group,
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
-        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))
+        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId,
+                                                            requestTimeout: requestTimeout))
         let relay = try RelayService(configuration: configuration, client: client,
                                      tokens: tokens ?? TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)),
                                      logger: logger)

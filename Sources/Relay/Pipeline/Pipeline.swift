@@ -40,6 +40,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         lock.unlock()
         if actions.workFinished { lock.broadcast() }
         if actions.wakeTimer { alarm.ring() }
+        for request in actions.cancel { request.cancel() }
         for (worker, request) in actions.resume { worker.resume(returning: request) }
         return actions
     }

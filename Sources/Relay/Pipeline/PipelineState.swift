@@ -73,6 +73,9 @@ public struct PipelineActions<Waiter> {
     public var staleFixes = 0
     /// Records taken in, per partition.
     public var registered: [TopicPartition: Int] = [:]
+    /// Requests under way on partitions being revoked: cancel them, so the revoke need not
+    /// wait for a slow Fleet Engine and none of them lands after the next owner's.
+    public var cancel: [RequestCancellation] = []
     fileprivate var pausing: [TopicPartition] = []
     fileprivate var resuming: [TopicPartition] = []
 }
@@ -141,9 +144,23 @@ public struct PipelineState<Waiter> {
         return finished(actions, assignmentChanged: true)
     }
 
-    /// Stops new work on the partitions; work under way may still finish and be committed.
-    public mutating func beginRevoke(_ revoking: [TopicPartition]) {
-        for partition in revoking { partitions[partition]?.revoking = true }
+    /// Stops new work on the partitions and orders the requests under way on them cancelled;
+    /// dead letters under way may still finish, and what finished is committed.
+    public mutating func beginRevoke(_ revoking: [TopicPartition]) -> Actions {
+        var actions = Actions()
+        var sites: Set<PartitionGeneration> = []
+        for partition in revoking {
+            guard let progress = partitions[partition] else { continue }
+            partitions[partition]!.revoking = true
+            if progress.workUnderWay > 0 { sites.insert(PartitionGeneration(partition, progress.generation)) }
+        }
+        guard !sites.isEmpty else { return actions }
+        for lane in lanes.values {
+            if let request = lane.inFlight, request.partitions.contains(where: sites.contains) {
+                actions.cancel.append(request)
+            }
+        }
+        return actions
     }
 
     public func workUnderWay(in partitions: [TopicPartition]) -> Int {
@@ -374,7 +391,7 @@ public struct PipelineState<Waiter> {
             if lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
             request.tokenAttempts = lane.tokenAttempts
             request.awaitingTokenSince = lane.awaitingTokenSince
-            lane.inFlight = true
+            lane.inFlight = request.cancellation
             lane.lastSentAt = now
             lanes[vehicle] = lane
             requestsInFlight += 1
@@ -389,7 +406,7 @@ public struct PipelineState<Waiter> {
         endWork(on: request.partitions, &actions)
         let vehicle = request.update.vehicle
         if lanes[vehicle] != nil {
-            lanes[vehicle]!.inFlight = false
+            lanes[vehicle]!.inFlight = nil
             lanes[vehicle]!.lastActive = now
             schedule(vehicle, now: now, &actions)
         }

@@ -14,7 +14,8 @@ struct VehicleLane {
 
     /// Fixes not yet sent, in consumption order.
     var queued: [PendingFix] = []
-    var inFlight = false
+    /// The request under way, if any: a revoke of its partitions cancels it.
+    var inFlight: RequestCancellation?
     var schedule = Schedule.idle
     var lastSentAt: ContinuousClock.Instant?
     /// The newest location time Fleet Engine is known to hold for the vehicle.
@@ -32,10 +33,10 @@ struct VehicleLane {
     }
 
     /// Nothing queued, under way or scheduled: the lane holds only what it remembers.
-    var isIdle: Bool { queued.isEmpty && !inFlight && schedule == .idle }
+    var isIdle: Bool { queued.isEmpty && inFlight == nil && schedule == .idle }
 
     /// May join the ready queue now: it has fixes, nothing under way and nothing scheduled.
-    var wantsScheduling: Bool { !queued.isEmpty && !inFlight && schedule == .idle }
+    var wantsScheduling: Bool { !queued.isEmpty && inFlight == nil && schedule == .idle }
 
     mutating func learn(newestKnownMilliseconds newest: Int64?) {
         guard let newest else { return }
