@@ -33,7 +33,10 @@ let package = Package(
         .target(name: "JSON"),
         .target(
             name: "Kafka",
-            dependencies: ["CRdKafka", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CRdKafka", .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
         ),
         .target(
             name: "FleetAuth",

@@ -13,6 +13,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "The fleet-relay binary to benchmark (also runs the emulator).")
     var relayBinary = ".build/release/fleet-relay"
 
+    @Option(help: "The fleet-relay binary that runs the emulator, when it differs from --relay-binary (comparing an older relay against today's emulator and its measurements).")
+    var emulatorBinary: String?
+
     @Option(help: "Where the results go as JSON.")
     var output = "bench/results.json"
 
@@ -66,14 +69,14 @@ struct BenchCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "bench")
-        guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
-            throw BenchError("\(relayBinary) is missing: build it first (swift build -c release)")
+        for binary in [relayBinary, emulatorBinary].compactMap({ $0 }) where !FileManager.default.isExecutableFile(atPath: binary) {
+            throw BenchError("\(binary) is missing: build it first (swift build -c release)")
         }
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         say("fleet-relay bench: logs and scratch files in \(workDirectory)")
-        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, relayArguments: relayArguments,
-                                                          workDirectory: workDirectory, logger: logger)
+        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, emulatorBinary: emulatorBinary ?? relayBinary,
+                                                          relayArguments: relayArguments, workDirectory: workDirectory, logger: logger)
         let scenarios = Scenarios(environment: environment, partitions: partitions)
         var report = Report()
         let started = ContinuousClock.now

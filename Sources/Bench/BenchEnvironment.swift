@@ -19,7 +19,7 @@ struct BenchEnvironment {
     let probes: Probes
     let logger: Logger
 
-    static func start(relayBinary: String, relayArguments: [String], workDirectory: String,
+    static func start(relayBinary: String, emulatorBinary: String, relayArguments: [String], workDirectory: String,
                       logger: Logger) async throws -> BenchEnvironment {
         let cluster = try KafkaMockCluster(brokers: 1, logger: logger)
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
@@ -31,7 +31,7 @@ struct BenchEnvironment {
         let key = try ServiceAccountKey.parse(Array(json.utf8), source: keyFile)
         let port = 18_000 + Int.random(in: 0..<2000)
         let emulator = try ChildProcess(
-            name: "emulator", executable: relayBinary,
+            name: "emulator", executable: emulatorBinary,
             arguments: ["emulator", "--key-file", keyFile, "--port", String(port), "--record-history", "--log-level", "warning"],
             logPath: workDirectory + "/emulator.log")
         let emulatorURL = "http://127.0.0.1:\(port)"

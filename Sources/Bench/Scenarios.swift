@@ -85,17 +85,18 @@ struct Scenarios {
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: "drain-")
         let base = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle + 2) * 5000
-        for step in 0..<fixesPerVehicle {
-            for index in 0..<vehicles {
-                let time = base + Int64(step) * 5000 + Int64(index % 5000)
-                let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: time)
-                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+        try await producer.whileRunning {
+            for step in 0..<fixesPerVehicle {
+                for index in 0..<vehicles {
+                    let time = base + Int64(step) * 5000 + Int64(index % 5000)
+                    let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: time)
+                    try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                }
+            }
+            guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
+                throw BenchError("producing the backlog failed (\(producer.failedDeliveries) undelivered)")
             }
         }
-        guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
-            throw BenchError("producing the backlog failed (\(producer.failedDeliveries) undelivered)")
-        }
-        await producer.close()
         return Backlog(topic: topic, events: vehicles * fixesPerVehicle, vehicles: vehicles,
                        newestAfter: base + Int64(fixesPerVehicle - 1) * 5000 - 1)
     }
@@ -257,14 +258,15 @@ extension Scenarios {
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix, seed: 7)
         let now = Int64(Date().timeIntervalSince1970 * 1000) - 10_000
-        for index in 0..<vehicles {
-            let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: now)
-            try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+        try await producer.whileRunning {
+            for index in 0..<vehicles {
+                let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: now)
+                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+            }
+            guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
+                throw BenchError("producing the first round failed (\(producer.failedDeliveries) undelivered)")
+            }
         }
-        guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
-            throw BenchError("producing the first round failed (\(producer.failedDeliveries) undelivered)")
-        }
-        await producer.close()
     }
 }
 
@@ -294,20 +296,20 @@ final class SteadyFeeder: @unchecked Sendable {
         let started = ContinuousClock.now
         var produced = 0
         var index = 0
-        while !Task.isCancelled {
-            let due = Int((ContinuousClock.now - started).seconds * Double(rate))
-            let now = Int64(Date().timeIntervalSince1970 * 1000)
-            while produced < due {
-                let event = fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / Double(rate), recordedAtMilliseconds: now)
-                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
-                produced += 1
-                index = (index + 1) % vehicles
+        try await producer.whileRunning(flushTimeout: .seconds(60)) {
+            while !Task.isCancelled {
+                let due = Int((ContinuousClock.now - started).seconds * Double(rate))
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                while produced < due {
+                    let event = fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / Double(rate), recordedAtMilliseconds: now)
+                    try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                    produced += 1
+                    index = (index + 1) % vehicles
+                }
+                count.withLock { $0 = produced }
+                try? await Task.sleep(for: .milliseconds(10))
             }
-            count.withLock { $0 = produced }
-            try? await Task.sleep(for: .milliseconds(10))
         }
-        await producer.flush(timeout: .seconds(60))
-        await producer.close()
         return produced - producer.failedDeliveries
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import CRdKafka
 
 /// librdkafka properties, passed through as the user wrote them
 /// (https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md),
@@ -49,7 +48,6 @@ extension KafkaConfiguration {
     /// Checks every property with librdkafka itself, so a typo stops startup with
     /// librdkafka's own message instead of failing later inside a client.
     public func validate() throws(KafkaError) {
-        let conf = try RDKafkaConfig.make(self)
-        rd_kafka_conf_destroy(conf)
+        try RDKafkaClient.validate(self)
     }
 }

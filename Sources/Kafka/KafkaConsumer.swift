@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// A partition assignment change, delivered synchronously on the poll thread
@@ -13,13 +14,14 @@ public enum RebalanceEvent: Sendable {
     case revoked([TopicPartition], lost: Bool)
 }
 
-/// A consumer-group member over librdkafka. Auto-commit is off: offsets are
-/// committed only through `commit(_:)`, by whoever knows the records are done.
+/// A consumer-group member over librdkafka, a `Service`: `run()` owns the poll thread for
+/// as long as the consumer lives. Auto-commit is off: offsets are committed only through
+/// `commit(_:)`, by whoever knows the records are done.
 ///
-/// Threading: librdkafka is polled on a dedicated thread that delivers records
-/// in chunks through `records`; rebalance callbacks run on that thread too.
-/// `commit`, `pause`/`resume` and queries may be called from any task.
-public final class KafkaConsumer: Sendable {
+/// Threading: librdkafka is polled on the thread `run()` starts; it delivers records in
+/// chunks through `records`, and runs rebalance callbacks and serves commit answers. `commit`,
+/// `setPaused` and queries may be called from any task.
+public final class KafkaConsumer: Service, Sendable {
     /// Called on the poll thread; for a revoke it returns the offsets to commit
     /// before the partitions are given up (ignored when they were lost).
     public typealias RebalanceHandler = @Sendable (RebalanceEvent) -> [TopicPartitionOffset]
@@ -38,11 +40,9 @@ public final class KafkaConsumer: Sendable {
     static let readerStallBeforePause = Duration.seconds(1)
 
     private let stream: AsyncStream<[KafkaRecord]>
-
-    private let handle: RDKafkaHandle
+    private let client: RDKafkaClient
     private let context: ConsumerContext
     private let control: Mutex<Control>
-    private let commitCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.commits")
     /// Watermark queries wait on their own queue: a slow broker delays the lag gauge, never a commit.
     private let queryCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.queries")
     private let logger: Logger
@@ -52,9 +52,16 @@ public final class KafkaConsumer: Sendable {
         var pauseAll = false
         /// The partitions the owner of flow control wants paused.
         var pausedPartitions: Set<TopicPartition> = []
-        var stopRequested = false
-        var stopped: [CheckedContinuation<Void, Never>] = []
-        var hasStopped = false
+        var phase = Phase.created
+        /// Callers of `close()` and `run()` waiting for the poll loop to end.
+        var waitingForStop: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private enum Phase {
+        case created
+        case polling
+        case stopping
+        case stopped
     }
 
     public static let defaultProperties: [String: String] = [
@@ -91,39 +98,51 @@ public final class KafkaConsumer: Sendable {
         }
         var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         properties["enable.auto.commit"] = "false"
-        let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
-
         var continuation: AsyncStream<[KafkaRecord]>.Continuation!
         self.stream = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
         let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
                                       committedOnRevoke: committedOnRevoke)
-        context.attach(to: conf)
-        rd_kafka_conf_set_rebalance_cb(conf) { handle, code, partitions, _ in
-            guard let handle, let partitions,
-                let context = RDKafkaClientContext.from(handle) as? ConsumerContext
-            else { return }
-            context.rebalance(handle: handle, code: code, partitions: partitions)
-        }
-        let pointer = try RDKafkaConfig.makeClient(type: RD_KAFKA_CONSUMER, conf: conf)
-        self.handle = RDKafkaHandle(pointer: pointer)
+        self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.context = context
         self.control = Mutex(Control())
         self.logger = logger
+        try client.subscribe(topics)
+    }
 
-        rd_kafka_poll_set_consumer(pointer)
-        let subscription = rd_kafka_topic_partition_list_new(Int32(topics.count))!
-        defer { rd_kafka_topic_partition_list_destroy(subscription) }
-        for topic in topics {
-            rd_kafka_topic_partition_list_add(subscription, topic, RD_KAFKA_PARTITION_UA)
+    /// Polls until `close()` or until the task is cancelled; returns once the consumer has
+    /// left its group. The poll thread lives exactly as long as this call.
+    public func run() async {
+        let start = control.withLock { control in
+            guard control.phase == .created else { return false }
+            control.phase = .polling
+            return true
         }
-        let result = rd_kafka_subscribe(pointer, subscription)
-        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            rd_kafka_destroy(pointer)
-            throw KafkaError(.client, "cannot subscribe to \(topics): \(RDKafkaConfig.errorName(result))")
+        if start {
+            let thread = Thread { [self] in self.pollLoop() }
+            thread.name = "kafka-consumer-poll"
+            thread.start()
         }
-        let thread = Thread { [self] in self.pollLoop() }
-        thread.name = "kafka-consumer-poll"
-        thread.start()
+        await withTaskCancellationHandler {
+            await waitUntilStopped()
+        } onCancel: {
+            self.requestStop()
+        }
+    }
+
+    /// Leaves the group (running the revoke handler for the current assignment)
+    /// and releases librdkafka. `records` finishes. Idempotent.
+    public func close() async {
+        let neverPolled = control.withLock { control in
+            guard control.phase == .created else { return false }
+            control.phase = .stopping
+            return true
+        }
+        if neverPolled {
+            Thread { [self] in self.leaveGroup() }.start()
+        } else {
+            requestStop()
+        }
+        await waitUntilStopped()
     }
 
     /// Stops fetching for every assigned partition, now and after any later assignment,
@@ -159,45 +178,35 @@ public final class KafkaConsumer: Sendable {
         return Double(DispatchTime.now().uptimeNanoseconds &- last) / 1e9
     }
 
-    /// Synchronously commits the given offsets (each the next offset to consume).
-    /// Safe to call from a rebalance handler.
-    public func commitSync(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        guard !offsets.isEmpty else { return }
-        let list = RDKafkaTopicPartitionList.make(offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let result = rd_kafka_commit(handle.pointer, list, 0)
-        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
-            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
+    /// Commits the given offsets (each the next offset to consume) without blocking a thread:
+    /// the broker's answer is served by the poll loop. Fails once the consumer is closing.
+    public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+        guard control.withLock({ $0.phase == .polling }) else {
+            throw KafkaError(.commit, "the consumer is not polling (not running, or closing): nothing committed")
         }
-        if let failure = RDKafkaTopicPartitionList.firstError(list) {
-            throw KafkaError(.commit, "commit failed for \(failure)")
-        }
-    }
-
-    /// Commits without blocking a Swift concurrency thread.
-    public func commit(_ offsets: [TopicPartitionOffset]) async throws {
-        try await commitCalls.run { () throws(KafkaError) in try self.commitSync(offsets) }
+        try await client.commit(offsets)
     }
 
     /// Low and high watermarks of a partition as the broker reports them.
     public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
-        try await queryCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.watermarks(self.handle.pointer, partition, timeout: timeout)
-        }
+        try await queryCalls.run { () throws(KafkaError) in try self.client.watermarks(partition, timeout: timeout) }
     }
 
-    /// Leaves the group (running the revoke handler for the current assignment)
-    /// and releases librdkafka. `records` finishes. Idempotent.
-    public func close() async {
+    private func requestStop() {
+        control.withLock { control in
+            if control.phase == .polling { control.phase = .stopping }
+        }
+        context.readerGate.wake()
+    }
+
+    private func waitUntilStopped() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let alreadyStopped = control.withLock { control in
-                control.stopRequested = true
-                if control.hasStopped { return true }
-                control.stopped.append(continuation)
+            let stopped = control.withLock { control in
+                if control.phase == .stopped { return true }
+                control.waitingForStop.append(continuation)
                 return false
             }
-            context.readerGate.wake()
-            if alreadyStopped { continuation.resume() }
+            if stopped { continuation.resume() }
         }
     }
 
@@ -205,7 +214,7 @@ public final class KafkaConsumer: Sendable {
 
     private func pollLoop() {
         var applied: Set<TopicPartition> = []
-        while !control.withLock({ $0.stopRequested }) {
+        while control.withLock({ $0.phase == .polling }) {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let readerStalled = !context.readerGate.waitForRoom(
                 maximumBuffered: Self.maximumBufferedChunks, timeout: Self.readerStallBeforePause)
@@ -222,47 +231,42 @@ public final class KafkaConsumer: Sendable {
             }
             context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
             context.pausedAgainstWish.store(pauseAll ? 0 : applied.subtracting(wish).count, ordering: .relaxed)
-            let chunk = pollChunk(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100)
+            let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100,
+                                    logger: logger, generation: context.generation).records
             if !chunk.isEmpty {
                 context.readerGate.add()
                 context.continuation.yield(chunk)
             }
         }
+        leaveGroup()
+    }
+
+    /// Leaves the group (commit answers still pending are served meanwhile), ends `records`
+    /// and wakes whoever waits for the stop.
+    private func leaveGroup() {
         logger.info("Kafka consumer leaving its group")
-        rd_kafka_consumer_close(handle.pointer)
-        rd_kafka_destroy(handle.pointer)
+        client.closeConsumer()
         context.continuation.finish()
         let waiters = control.withLock { control in
-            control.hasStopped = true
-            defer { control.stopped = [] }
-            return control.stopped
+            control.phase = .stopped
+            defer { control.waitingForStop = [] }
+            return control.waitingForStop
         }
         waiters.forEach { $0.resume() }
     }
 
     private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {
-        RDKafkaFetchControl.pause(handle.pointer, pause)
-        RDKafkaFetchControl.resume(handle.pointer, resume)
+        client.pause(pause)
+        client.resume(resume)
         if !pause.isEmpty || !resume.isEmpty {
             logger.debug("Kafka consumer paused \(pause.count), resumed \(resume.count) partitions")
         }
-    }
-
-    private func pollChunk(maximum: Int, timeoutMilliseconds: Int32) -> [KafkaRecord] {
-        var chunk: [KafkaRecord] = []
-        var timeout = timeoutMilliseconds
-        while chunk.count < maximum, let message = rd_kafka_consumer_poll(handle.pointer, timeout) {
-            defer { rd_kafka_message_destroy(message) }
-            timeout = 0
-            if let record = context.record(from: message) { chunk.append(record) }
-        }
-        return chunk
     }
 }
 
 /// The consumer's callback state. Every member but `logger` and the atomics is
 /// touched only on the poll thread.
-final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
+final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @unchecked Sendable {
     let continuation: AsyncStream<[KafkaRecord]>.Continuation
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
@@ -277,7 +281,6 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
     var assignment: Set<TopicPartition> = []
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
-    private var topicNames: [OpaquePointer: String] = [:]
 
     init(logger: Logger, continuation: AsyncStream<[KafkaRecord]>.Continuation,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
@@ -288,65 +291,33 @@ final class ConsumerContext: RDKafkaClientContext, @unchecked Sendable {
         super.init(logger: logger)
     }
 
-    func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaRecord? {
-        RDKafkaMessage.record(from: pointer, logger: logger, topicName: topicName) { generations[$0] ?? 0 }
-    }
+    func generation(_ partition: TopicPartition) -> UInt64 { generations[partition] ?? 0 }
 
-    private func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset]) {
-        guard !offsets.isEmpty else { return }
-        let list = RDKafkaTopicPartitionList.make(offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let result = rd_kafka_commit(handle, list, 0)
-        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
-            logger.warning("Commit before revoke failed (\(RDKafkaConfig.errorName(result))); the next owner re-reads from the previous commit")
-        } else {
-            committedOnRevoke(offsets)
+    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> [TopicPartitionOffset] {
+        assignmentChanged = true
+        switch change {
+        case .assign(let partitions):
+            let generation = nextGeneration
+            nextGeneration += 1
+            for partition in partitions { generations[partition] = generation }
+            assignment = cooperative ? assignment.union(partitions) : Set(partitions)
+            logger.info("Kafka partitions assigned: \(partitions.map(\.description).joined(separator: ", "))")
+            _ = rebalanceHandler(.assigned(partitions, generation: generation))
+            return []
+        case .revoke(let partitions, let lost):
+            logger.info("Kafka partitions \(lost ? "lost" : "revoked"): \(partitions.map(\.description).joined(separator: ", "))")
+            let final = rebalanceHandler(.revoked(partitions, lost: lost))
+            for partition in partitions { generations[partition] = nil }
+            assignment = cooperative ? assignment.subtracting(partitions) : []
+            return final
         }
     }
 
-    private func topicName(_ topic: OpaquePointer?) -> String {
-        guard let topic else { return "" }
-        if let name = topicNames[topic] { return name }
-        let name = String(cString: rd_kafka_topic_name(topic))
-        topicNames[topic] = name
-        return name
-    }
-
-    func rebalance(handle: OpaquePointer, code: rd_kafka_resp_err_t,
-                   partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
-        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
-        let changed = RDKafkaTopicPartitionList.entries(partitions).map(\.topicPartition)
-        assignmentChanged = true
-        switch code {
-        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-            let generation = nextGeneration
-            nextGeneration += 1
-            for partition in changed { generations[partition] = generation }
-            assignment = cooperative ? assignment.union(changed) : Set(changed)
-            logger.info("Kafka partitions assigned: \(changed.map(\.description).joined(separator: ", "))")
-            _ = rebalanceHandler(.assigned(changed, generation: generation))
-            let error = cooperative
-                ? rd_kafka_incremental_assign(handle, partitions).map { rd_kafka_error_destroy($0) } != nil
-                : rd_kafka_assign(handle, partitions) != RD_KAFKA_RESP_ERR_NO_ERROR
-            if error { logger.error("Kafka assign failed for \(changed)") }
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            let lost = rd_kafka_assignment_lost(handle) != 0
-            logger.info("Kafka partitions \(lost ? "lost" : "revoked"): \(changed.map(\.description).joined(separator: ", "))")
-            let finalOffsets = rebalanceHandler(.revoked(changed, lost: lost))
-            if !lost { commitBeforeRevoke(handle, finalOffsets) }
-            for partition in changed { generations[partition] = nil }
-            assignment = cooperative ? assignment.subtracting(changed) : []
-            if cooperative {
-                if let error = rd_kafka_incremental_unassign(handle, partitions) { rd_kafka_error_destroy(error) }
-            } else {
-                rd_kafka_assign(handle, nil)
-            }
-        default:
-            logger.error("Kafka rebalance error: \(RDKafkaConfig.errorName(code))")
-            _ = rebalanceHandler(.revoked(changed, lost: true))
-            generations = [:]
-            assignment = []
-            rd_kafka_assign(handle, nil)
+    func committedBeforeRevoke(_ offsets: [TopicPartitionOffset], failure: String?) {
+        if let failure {
+            logger.warning("Commit before revoke failed (\(failure)); the next owner re-reads from the previous commit")
+        } else {
+            committedOnRevoke(offsets)
         }
     }
 }

@@ -1,4 +1,3 @@
-import CRdKafka
 import Logging
 
 /// Reads chosen partitions between chosen offsets by explicit assignment: it never
@@ -8,8 +7,7 @@ import Logging
 /// Threading: every method may be called from any task; librdkafka calls run one at
 /// a time on a private serial queue.
 public final class KafkaPartitionReader: Sendable {
-    private let handle: RDKafkaHandle
-    private let context: RDKafkaClientContext
+    private let client: RDKafkaClient
     private let blockingCalls = BlockingCallQueue(label: "fleet-relay.kafka.reader")
     private let logger: Logger
 
@@ -27,29 +25,20 @@ public final class KafkaPartitionReader: Sendable {
         properties["group.id"] = "fleet-relay-reader-\(UInt64.random(in: 0...UInt64.max))"
         properties["enable.auto.commit"] = "false"
         properties["enable.auto.offset.store"] = "false"
-        let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
-        let context = RDKafkaClientContext(logger: logger)
-        context.attach(to: conf)
-        let pointer = try RDKafkaConfig.makeClient(type: RD_KAFKA_CONSUMER, conf: conf)
-        rd_kafka_poll_set_consumer(pointer)
-        self.handle = RDKafkaHandle(pointer: pointer)
-        self.context = context
+        self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties),
+                                        context: RDKafkaClientContext(logger: logger))
         self.logger = logger
-    }
-
-    deinit {
-        rd_kafka_destroy(handle.pointer)
     }
 
     public func partitionIDs(topic: String, timeout: Duration = .seconds(10)) async throws -> [Int32] {
         try await blockingCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.partitionIDs(self.handle.pointer, topic: topic, timeout: timeout)
+            try self.client.partitionIDs(topic: topic, timeout: timeout)
         }
     }
 
     public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
         try await blockingCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.watermarks(self.handle.pointer, partition, timeout: timeout)
+            try self.client.watermarks(partition, timeout: timeout)
         }
     }
 
@@ -57,8 +46,7 @@ public final class KafkaPartitionReader: Sendable {
     public func offsetsForTimes(_ partitions: [TopicPartition], timestampMilliseconds: Int64,
                                 timeout: Duration = .seconds(10)) async throws -> [TopicPartition: Int64] {
         let entries = try await blockingCalls.run { () throws(KafkaError) in
-            try RDKafkaQueries.offsetsForTimes(self.handle.pointer, partitions,
-                                               timestampMilliseconds: timestampMilliseconds, timeout: timeout)
+            try self.client.offsetsForTimes(partitions, timestampMilliseconds: timestampMilliseconds, timeout: timeout)
         }
         return Dictionary(entries.map { ($0.topicPartition, $0.offset) }) { first, _ in first }
     }
@@ -68,28 +56,13 @@ public final class KafkaPartitionReader: Sendable {
     public func timestamp(of partition: TopicPartition, at offset: Int64,
                           timeout: Duration = .seconds(10)) async throws -> Int64? {
         try await blockingCalls.run { () throws(KafkaError) in
-            try self.assignNow([TopicPartitionOffset(partition, offset: offset)])
-            defer { rd_kafka_assign(self.handle.pointer, nil) }
-            let deadline = ContinuousClock.now + timeout
-            while ContinuousClock.now < deadline {
-                guard let message = rd_kafka_consumer_poll(self.handle.pointer, 100) else { continue }
-                defer { rd_kafka_message_destroy(message) }
-                guard message.pointee.partition == partition.partition else { continue }
-                if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
-                if message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    throw KafkaError(.query, "cannot fetch \(partition)@\(offset): \(RDKafkaConfig.errorName(message.pointee.err))")
-                }
-                var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
-                let timestamp = rd_kafka_message_timestamp(message, &timestampType)
-                return timestamp >= 0 ? timestamp : nil
-            }
-            throw KafkaError(.query, "no answer fetching \(partition)@\(offset) within \(timeout)")
+            try self.client.timestamp(of: partition, at: offset, timeout: timeout)
         }
     }
 
     /// Starts reading each partition at its offset (replacing any earlier assignment).
     public func assign(_ starts: [TopicPartitionOffset]) async throws {
-        try await blockingCalls.run { () throws(KafkaError) in try self.assignNow(starts) }
+        try await blockingCalls.run { () throws(KafkaError) in try self.client.assign(starts) }
     }
 
     /// Up to `maximum` records from the assigned partitions, and the partitions that
@@ -97,37 +70,8 @@ public final class KafkaPartitionReader: Sendable {
     public func poll(maximum: Int = 1000, timeout: Duration = .milliseconds(500)) async throws
         -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         try await blockingCalls.run { () throws(KafkaError) in
-            var records: [KafkaRecord] = []
-            var reachedEnd: [TopicPartition] = []
-            var wait = RDKafkaQueries.milliseconds(timeout)
-            var topicNames: [OpaquePointer: String] = [:]
-            let topicName = { (topic: OpaquePointer?) -> String in
-                guard let topic else { return "" }
-                if let name = topicNames[topic] { return name }
-                let name = String(cString: rd_kafka_topic_name(topic))
-                topicNames[topic] = name
-                return name
-            }
-            while records.count < maximum, let message = rd_kafka_consumer_poll(self.handle.pointer, wait) {
-                defer { rd_kafka_message_destroy(message) }
-                wait = 0
-                if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                    reachedEnd.append(TopicPartition(topic: topicName(message.pointee.rkt), partition: message.pointee.partition))
-                } else if let record = RDKafkaMessage.record(from: message, logger: self.logger, topicName: topicName,
-                                                             generation: { _ in 0 }) {
-                    records.append(record)
-                }
-            }
-            return (records, reachedEnd)
-        }
-    }
-
-    private func assignNow(_ starts: [TopicPartitionOffset]) throws(KafkaError) {
-        let list = RDKafkaTopicPartitionList.make(starts)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let result = rd_kafka_assign(handle.pointer, list)
-        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(.client, "cannot assign \(starts): \(RDKafkaConfig.errorName(result))")
+            self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
+                             logger: self.logger, generation: { _ in 0 })
         }
     }
 }

@@ -1,19 +1,26 @@
-import CRdKafka
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
-/// A librdkafka producer. `send` resolves once the broker acknowledged the
-/// record (per `acks`, default all), which is what the dead-letter path needs
-/// before it may count a record as finished; `enqueue` is fire-and-forget for
-/// high-rate feeders such as the simulator, with `flush` to wait for delivery.
+/// A librdkafka producer, a `Service`: `run()` owns the thread that serves delivery reports.
+/// `send` resolves once the broker acknowledged the record (per `acks`, default all), which
+/// is what the dead-letter path needs before it may count a record as finished; `enqueue`
+/// is fire-and-forget for high-rate feeders such as the simulator, with `flush` to wait
+/// for delivery. `KafkaProducer.run(configuration:logger:_:)` runs one around a body.
 ///
-/// Threading: all methods may be called from any thread or task; delivery
-/// reports are served by a dedicated poll thread.
-public final class KafkaProducer: Sendable {
-    private let handle: RDKafkaHandle
+/// Threading: all methods may be called from any thread or task.
+public final class KafkaProducer: Service, Sendable {
+    private let client: RDKafkaClient
     private let context: ProducerContext
-    private let pollThreadDone = DispatchSemaphore(value: 0)
+    private let phase = Mutex(Phase.created)
+
+    private enum Phase {
+        case created
+        case polling(stopped: [CheckedContinuation<Void, Never>])
+        case stopping(stopped: [CheckedContinuation<Void, Never>])
+        case stopped
+    }
 
     public static let defaultProperties: [String: String] = [
         "acks": "all",
@@ -23,27 +30,71 @@ public final class KafkaProducer: Sendable {
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws(KafkaError) {
         let properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
-        let conf = try RDKafkaConfig.make(KafkaConfiguration(properties))
         let context = ProducerContext(logger: logger)
-        context.attach(to: conf)
-        rd_kafka_conf_set_dr_msg_cb(conf) { handle, message, _ in
-            guard let message, let opaque = message.pointee._private else { return }
-            let delivery = Unmanaged<PendingDelivery>.fromOpaque(opaque).takeRetainedValue()
-            delivery.complete(message.pointee.err)
-            if let handle, let context = RDKafkaClientContext.from(handle) as? ProducerContext {
-                context.deliveryReported()
-            }
-        }
-        self.handle = RDKafkaHandle(pointer: try RDKafkaConfig.makeClient(type: RD_KAFKA_PRODUCER, conf: conf))
+        self.client = try RDKafkaClient(.producer, configuration: KafkaConfiguration(properties), context: context)
         self.context = context
-        let thread = Thread { [handle, context, pollThreadDone] in
-            while !context.stopRequested.load(ordering: .relaxed) {
-                rd_kafka_poll(handle.pointer, 100)
+    }
+
+    /// Runs the producer for the duration of `body`; afterwards what is queued is flushed
+    /// (up to `flushTimeout`) and the producer stops.
+    public func whileRunning<Result: Sendable>(
+        flushTimeout: Duration = .seconds(30), _ body: () async throws -> Result
+    ) async throws -> Result {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.run() }
+            do {
+                let result = try await body()
+                await close(timeout: flushTimeout)
+                return result
+            } catch {
+                await close(timeout: flushTimeout)
+                throw error
             }
-            pollThreadDone.signal()
         }
-        thread.name = "kafka-producer-poll"
-        thread.start()
+    }
+
+    /// A new producer, running for the duration of `body` (see `whileRunning`).
+    public static func run<Result: Sendable>(
+        configuration: KafkaConfiguration, logger: Logger, flushTimeout: Duration = .seconds(30),
+        _ body: (KafkaProducer) async throws -> Result
+    ) async throws -> Result {
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        return try await producer.whileRunning(flushTimeout: flushTimeout) { try await body(producer) }
+    }
+
+    /// Serves delivery reports until `close()` or until the task is cancelled. The poll
+    /// thread lives exactly as long as this call; it waits in librdkafka for the next
+    /// report, never spins.
+    public func run() async {
+        let start = phase.withLock { phase in
+            guard case .created = phase else { return false }
+            phase = .polling(stopped: [])
+            return true
+        }
+        if start {
+            let thread = Thread { [self] in
+                while isPolling { client.servePoll(timeoutMilliseconds: 100) }
+                let waiters = phase.withLock { phase -> [CheckedContinuation<Void, Never>] in
+                    defer { phase = .stopped }
+                    switch phase {
+                    case .polling(let stopped), .stopping(let stopped): return stopped
+                    case .created, .stopped: return []
+                    }
+                }
+                waiters.forEach { $0.resume() }
+            }
+            thread.name = "kafka-producer-poll"
+            thread.start()
+        }
+        await withTaskCancellationHandler {
+            await waitUntilStopped()
+        } onCancel: {
+            self.requestStop()
+        }
+    }
+
+    private var isPolling: Bool {
+        phase.withLock { if case .polling = $0 { true } else { false } }
     }
 
     /// Produces one record and waits for the broker's acknowledgement. Cancelling
@@ -57,10 +108,10 @@ public final class KafkaProducer: Sendable {
         let result = await withTaskCancellationHandler {
             await delivery.wait()
         } onCancel: {
-            delivery.complete(RD_KAFKA_RESP_ERR__TIMED_OUT)
+            delivery.complete(ProducerContext.cancelled)
         }
-        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(.produce, "delivery to \(topic) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
+        guard result == 0 else {
+            throw KafkaError(.produce, "delivery to \(topic) failed: \(RDKafkaClient.errorName(result))", code: result)
         }
     }
 
@@ -69,7 +120,7 @@ public final class KafkaProducer: Sendable {
     public func enqueue(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
                         timestampMilliseconds: Int64? = nil) async throws {
         let delivery = PendingDelivery { [context] result in
-            if result != RD_KAFKA_RESP_ERR_NO_ERROR { context.failedDeliveries.add(1, ordering: .relaxed) }
+            if result != 0 { context.failedDeliveries.add(1, ordering: .relaxed) }
         }
         try await produce(topic: topic, key: key, value: value, headers: headers,
                           timestampMilliseconds: timestampMilliseconds, delivery: delivery)
@@ -81,23 +132,44 @@ public final class KafkaProducer: Sendable {
     @discardableResult
     public func flush(timeout: Duration = .seconds(30)) async -> Bool {
         await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { [handle] in
-                let result = rd_kafka_flush(handle.pointer, RDKafkaQueries.milliseconds(timeout))
-                continuation.resume(returning: result == RD_KAFKA_RESP_ERR_NO_ERROR)
+            DispatchQueue.global().async { [client] in
+                continuation.resume(returning: client.flush(timeout: timeout))
             }
         }
     }
 
-    /// Flushes what is queued (up to `timeout`) and releases librdkafka.
+    /// Flushes what is queued (up to `timeout`) and stops `run()`. librdkafka is released
+    /// with the last reference.
     public func close(timeout: Duration = .seconds(10)) async {
         await flush(timeout: timeout)
-        context.stopRequested.store(true, ordering: .relaxed)
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { [handle, pollThreadDone] in
-                pollThreadDone.wait()
-                rd_kafka_destroy(handle.pointer)
-                continuation.resume()
+        requestStop()
+        await waitUntilStopped()
+    }
+
+    private func requestStop() {
+        phase.withLock { phase in
+            switch phase {
+            case .created: phase = .stopped
+            case .polling(let stopped): phase = .stopping(stopped: stopped)
+            case .stopping, .stopped: break
             }
+        }
+    }
+
+    private func waitUntilStopped() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let stopped = phase.withLock { phase in
+                switch phase {
+                case .created, .stopped: return true
+                case .polling(let waiting):
+                    phase = .polling(stopped: waiting + [continuation])
+                    return false
+                case .stopping(let waiting):
+                    phase = .stopping(stopped: waiting + [continuation])
+                    return false
+                }
+            }
+            if stopped { continuation.resume() }
         }
     }
 
@@ -107,24 +179,14 @@ public final class KafkaProducer: Sendable {
                          timestampMilliseconds: Int64?, delivery: PendingDelivery) async throws {
         while true {
             let reportsSeen = context.deliveryReports.load(ordering: .acquiring)
-            let error = produceOnce(topic: topic, key: key, value: value, headers: headers,
-                                    timestampMilliseconds: timestampMilliseconds, delivery: delivery)
-            if error == RD_KAFKA_RESP_ERR_NO_ERROR { return }
-            guard error == RD_KAFKA_RESP_ERR__QUEUE_FULL else {
-                throw KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
-            }
+            let opaque = Unmanaged.passRetained(delivery).toOpaque()
+            guard let error = client.produce(topic: topic, key: key, value: value, headers: headers,
+                                             timestampMilliseconds: timestampMilliseconds, opaque: opaque) else { return }
+            // librdkafka did not take the record: `delivery` stays unreferenced by it.
+            Unmanaged<PendingDelivery>.fromOpaque(opaque).release()
+            guard error.code == RDKafkaClient.queueFull else { throw error }
             try await context.waitForDeliveryReport(after: reportsSeen)
         }
-    }
-
-    /// One attempt; on failure librdkafka did not take the record and `delivery` stays unreferenced.
-    private func produceOnce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
-                             timestampMilliseconds: Int64?, delivery: PendingDelivery) -> rd_kafka_resp_err_t {
-        let opaque = Unmanaged.passRetained(delivery).toOpaque()
-        let error = RDKafkaProduce.produce(handle.pointer, topic: topic, key: key, value: value,
-                                           headers: headers, timestampMilliseconds: timestampMilliseconds, opaque: opaque)
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR { Unmanaged<PendingDelivery>.fromOpaque(opaque).release() }
-        return error
     }
 }
 
@@ -133,9 +195,9 @@ public final class KafkaProducer: Sendable {
 final class PendingDelivery: Sendable {
     private enum State {
         case pending
-        case waiting(CheckedContinuation<rd_kafka_resp_err_t, Never>)
-        case callback(@Sendable (rd_kafka_resp_err_t) -> Void)
-        case finished(rd_kafka_resp_err_t)
+        case waiting(CheckedContinuation<Int32, Never>)
+        case callback(@Sendable (Int32) -> Void)
+        case finished(Int32)
     }
 
     private let state: Mutex<State>
@@ -144,11 +206,11 @@ final class PendingDelivery: Sendable {
         state = Mutex(.pending)
     }
 
-    init(_ callback: @escaping @Sendable (rd_kafka_resp_err_t) -> Void) {
+    init(_ callback: @escaping @Sendable (Int32) -> Void) {
         state = Mutex(.callback(callback))
     }
 
-    func complete(_ result: rd_kafka_resp_err_t) {
+    func complete(_ result: Int32) {
         let previous = state.withLock { state in
             defer { if case .finished = state {} else { state = .finished(result) } }
             return state
@@ -160,9 +222,9 @@ final class PendingDelivery: Sendable {
         }
     }
 
-    func wait() async -> rd_kafka_resp_err_t {
+    func wait() async -> Int32 {
         await withCheckedContinuation { continuation in
-            let finished: rd_kafka_resp_err_t? = state.withLock { state in
+            let finished: Int32? = state.withLock { state in
                 if case .finished(let result) = state { return result }
                 state = .waiting(continuation)
                 return nil
@@ -172,16 +234,23 @@ final class PendingDelivery: Sendable {
     }
 }
 
-final class ProducerContext: RDKafkaClientContext, @unchecked Sendable {
+final class ProducerContext: RDKafkaClientContext, RDKafkaDeliveryHandling, @unchecked Sendable {
+    /// The result a cancelled wait reports (librdkafka's `_TIMED_OUT`).
+    static let cancelled: Int32 = -185
+
     let failedDeliveries = Atomic<Int>(0)
-    let stopRequested = Atomic<Bool>(false)
     /// Delivery reports served so far: each frees room in the local queue.
     let deliveryReports = Atomic<UInt64>(0)
     private let roomWaiters = Mutex<[UInt64: CheckedContinuation<Void, any Error>]>([:])
     private let nextWaiter = Atomic<UInt64>(0)
 
-    /// On the poll thread, after each delivery report.
-    func deliveryReported() {
+    /// On the poll thread: one produced record's delivery report.
+    func delivered(_ opaque: UnsafeMutableRawPointer, result: Int32) {
+        Unmanaged<PendingDelivery>.fromOpaque(opaque).takeRetainedValue().complete(result)
+        deliveryReported()
+    }
+
+    private func deliveryReported() {
         deliveryReports.add(1, ordering: .releasing)
         let waiters = roomWaiters.withLock { waiters in
             defer { waiters = [:] }

@@ -9,7 +9,7 @@ import Logging
 /// record too large) is logged once with its reason and turns readiness off
 /// naming the topic, until a write succeeds.
 ///
-/// Threading: `submit` may be called from any task; `run` drives the writes.
+/// Threading: `submit` may be called from any task; `run` drives the writes and owns the producer's run.
 public final class DeadLetterWriter: Sendable {
     public let topic: String
     private let producer: KafkaProducer
@@ -41,11 +41,15 @@ public final class DeadLetterWriter: Sendable {
         intake.finish()
     }
 
+    /// Runs the producer and writes letters until intake finished and every letter was
+    /// written (or cancelled); then flushes and stops the producer.
     public func run() async {
-        await withDiscardingTaskGroup { group in
-            for await (letter, written) in letters {
-                group.addTask {
-                    if await self.write(letter) { written() }
+        try? await producer.whileRunning(flushTimeout: .seconds(10)) {
+            await withDiscardingTaskGroup { group in
+                for await (letter, written) in letters {
+                    group.addTask {
+                        if await self.write(letter) { written() }
+                    }
                 }
             }
         }

@@ -78,19 +78,21 @@ public final class RelayService: Service, Sendable {
         health.watchPollLoop { consumer.secondsSinceLastPoll }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
-        await withDiscardingTaskGroup { background in
-            background.addTask { await self.housekeep(consumer) }
-            await withTaskGroup(of: Bool.self) { work in
-                work.addTask { await self.process(); return true }
-                await ingest(consumer)
-                await drain(consumer, work: &work)
+        await withDiscardingTaskGroup { consuming in
+            consuming.addTask { await consumer.run() }
+            await withDiscardingTaskGroup { background in
+                background.addTask { await self.housekeep(consumer) }
+                await withTaskGroup(of: Bool.self) { work in
+                    work.addTask { await self.process(); return true }
+                    await ingest(consumer)
+                    await drain(consumer, work: &work)
+                }
+                drained.store(true, ordering: .relaxed)
+                background.cancelAll()
             }
-            drained.store(true, ordering: .relaxed)
-            background.cancelAll()
+            await commit(consumer)
+            await consumer.close()
         }
-        await commit(consumer)
-        await consumer.close()
-        await producer.close()
         logSummary()
     }
 

@@ -67,8 +67,7 @@ struct DemoCommand: AsyncParsableCommand {
         let services = ServiceGroup(configuration: .init(
             services: [.init(service: relay), .init(service: sideshow, successTerminationBehavior: .gracefullyShutdownGroup)],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await services.run()
-        await producer.close()
+        try await producer.whileRunning { try await services.run() }
         await client.shutdown()
         await emulator.shutdown()
         let totals = relay.statistics.snapshot

@@ -53,10 +53,11 @@ struct SimulateCommand: AsyncParsableCommand {
         let services = ServiceGroup(configuration: .init(
             services: [.init(service: feeding, successTerminationBehavior: .gracefullyShutdownGroup)],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await services.run()
+        let delivered = try await producer.whileRunning {
+            try await services.run()
+            return await producer.flush(timeout: .seconds(30))
+        }
         let produced = feeding.produced.load(ordering: .relaxed)
-        let delivered = await producer.flush(timeout: .seconds(30))
-        await producer.close()
         logger.info("Produced \(produced) events; \(producer.failedDeliveries) failed\(delivered ? "" : "; some still undelivered at exit")")
         if producer.failedDeliveries > 0 || !delivered { throw ExitCode(1) }
     }

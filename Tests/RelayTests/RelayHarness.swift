@@ -54,11 +54,10 @@ final class RelayHarness: Sendable {
     }
 
     func produce(_ records: [(key: [UInt8]?, value: [UInt8])]) async throws {
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        for record in records { try await producer.enqueue(topic: topic, key: record.key, value: record.value) }
-        let flushed = await producer.flush(timeout: .seconds(60))
-        let failed = producer.failedDeliveries
-        await producer.close()
+        let (flushed, failed) = try await KafkaProducer.run(configuration: kafka, logger: logger) { producer in
+            for record in records { try await producer.enqueue(topic: topic, key: record.key, value: record.value) }
+            return (await producer.flush(timeout: .seconds(60)), producer.failedDeliveries)
+        }
         guard flushed, failed == 0 else { throw FixtureError(message: "produce failed: \(failed) undelivered") }
     }
 
@@ -121,24 +120,27 @@ final class RelayHarness: Sendable {
         var configuration = kafka
         configuration["group.id"] = "reader-\(UUID().uuidString.prefix(8))"
         let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: logger)
-        var records: [KafkaRecord] = []
-        let deadline = ContinuousClock.now + .seconds(90)
-        let reader = Task {
-            var collected: [KafkaRecord] = []
-            for await chunk in consumer.records {
-                collected += chunk
-                if collected.count >= count { break }
+        return await withTaskGroup(of: [KafkaRecord]?.self) { group in
+            group.addTask { await consumer.run(); return nil }
+            group.addTask {
+                var collected: [KafkaRecord] = []
+                for await chunk in consumer.records {
+                    collected += chunk
+                    if collected.count >= count { break }
+                }
+                return collected
             }
-            return collected
+            group.addTask { try? await Task.sleep(for: .seconds(90)); return [] }
+            var records: [KafkaRecord] = []
+            while let next = await group.next() {
+                guard let next else { continue }
+                records = next
+                break
+            }
+            await consumer.close()
+            group.cancelAll()
+            return records
         }
-        let watchdog = Task {
-            try await Task.sleep(until: deadline)
-            reader.cancel()
-        }
-        records = await reader.value
-        watchdog.cancel()
-        await consumer.close()
-        return records
     }
 
     /// Events whose fix never reached the emulator (neither as last nor as past location).

@@ -122,14 +122,15 @@ extension IntegrationTests {
                                                     longitude: -122, recordedAt: start + Int64(step) * 1000 + Int64(index)))
             }
         }
-        let producer = try KafkaProducer(configuration: harness.kafka, logger: harness.logger)
-        for event in events {
-            try await producer.enqueue(topic: harness.topic, key: event.record.key, value: event.record.value,
-                                 timestampMilliseconds: event.recordedAt)
+        let (flushed, failed) = try await KafkaProducer.run(configuration: harness.kafka, logger: harness.logger) { producer in
+            for event in events {
+                try await producer.enqueue(topic: harness.topic, key: event.record.key, value: event.record.value,
+                                           timestampMilliseconds: event.recordedAt)
+            }
+            return (await producer.flush(timeout: .seconds(60)), producer.failedDeliveries)
         }
-        #expect(await producer.flush(timeout: .seconds(60)))
-        #expect(producer.failedDeliveries == 0)
-        await producer.close()
+        #expect(flushed)
+        #expect(failed == 0)
         return events
     }
 
@@ -161,10 +162,10 @@ extension IntegrationTests {
         let from = start + 10_000
         let to = start + 20_000
         // One malformed record inside the window: dead-lettered with its reason, nothing else lost.
-        let producer = try KafkaProducer(configuration: harness.kafka, logger: harness.logger)
-        try await producer.send(topic: harness.topic, key: Array("veh-bad".utf8), value: Array(#"{"vehicle_id":"veh-bad"}"#.utf8),
-                                timestampMilliseconds: from + 5_000)
-        await producer.close()
+        try await KafkaProducer.run(configuration: harness.kafka, logger: harness.logger) { producer in
+            try await producer.send(topic: harness.topic, key: Array("veh-bad".utf8), value: Array(#"{"vehicle_id":"veh-bad"}"#.utf8),
+                                    timestampMilliseconds: from + 5_000)
+        }
         let summary = try await Self.replay(harness, Self.configuration(harness, from: from, to: to))
 
         let inWindow = events.filter { $0.recordedAt >= from && $0.recordedAt < to }

@@ -1,11 +1,5 @@
 import CRdKafka
 
-/// An `rd_kafka_t *`. librdkafka handles are thread-safe, which is what makes
-/// sharing this pointer across threads sound.
-struct RDKafkaHandle: @unchecked Sendable {
-    let pointer: OpaquePointer
-}
-
 /// librdkafka's log and error callbacks, routed into swift-log. They may fire on
 /// librdkafka's internal threads, so they only read immutable state.
 enum RDKafkaLogging {

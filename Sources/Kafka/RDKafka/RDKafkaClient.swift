@@ -1,0 +1,415 @@
+import CRdKafka
+import Logging
+import Synchronization
+
+/// The one Swift type that calls librdkafka: a consumer or producer handle, the callbacks
+/// its owner needs, and every operation the Kafka module uses. The consumer, producer,
+/// partition reader, inspector and mock cluster hold one and never touch librdkafka
+/// themselves.
+///
+/// Threading: librdkafka handles are thread-safe. Methods marked blocking wait for a
+/// broker; callers run them on their own thread (a poll loop) or through `BlockingCallQueue`,
+/// never on a Swift concurrency thread. `commit` is asynchronous: its answer is served by
+/// the consumer's poll loop.
+final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; `context` is immutable
+    enum Kind {
+        case consumer
+        case producer
+    }
+
+    private let handle: OpaquePointer
+    let context: RDKafkaClientContext
+
+    /// Creates a client. A consumer with a rebalance handler gets the rebalance callback,
+    /// a producer with `reportsDeliveries` the delivery-report callback.
+    init(_ kind: Kind, configuration: KafkaConfiguration, context: RDKafkaClientContext) throws(KafkaError) {
+        let conf = try RDKafkaConfig.make(configuration)
+        context.attach(to: conf)
+        if context is RDKafkaRebalanceHandling { rd_kafka_conf_set_rebalance_cb(conf, RDKafkaClient.rebalanceCallback) }
+        if context is RDKafkaDeliveryHandling { rd_kafka_conf_set_dr_msg_cb(conf, RDKafkaClient.deliveryCallback) }
+        self.handle = try RDKafkaConfig.makeClient(type: kind == .consumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER, conf: conf)
+        self.context = context
+        if kind == .consumer { rd_kafka_poll_set_consumer(handle) }
+    }
+
+    deinit {
+        rd_kafka_destroy(handle)
+    }
+
+    /// Checks the properties with librdkafka itself, without creating a client.
+    static func validate(_ configuration: KafkaConfiguration) throws(KafkaError) {
+        rd_kafka_conf_destroy(try RDKafkaConfig.make(configuration))
+    }
+
+    static func errorName(_ code: Int32) -> String {
+        RDKafkaConfig.errorName(rd_kafka_resp_err_t(code))
+    }
+
+    // MARK: Consuming
+
+    func subscribe(_ topics: [String]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList.make(topics.map { TopicPartition(topic: $0, partition: RD_KAFKA_PARTITION_UA) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_subscribe(handle, list)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.client, "cannot subscribe to \(topics): \(RDKafkaConfig.errorName(result))")
+        }
+    }
+
+    /// Blocking: up to `maximum` records, waiting at most `timeoutMilliseconds` for the first.
+    /// Serves callbacks meanwhile (rebalances, commit answers). Partitions that reported their
+    /// end (with `enable.partition.eof`) come back in `reachedEnd`.
+    func poll(maximum: Int, timeoutMilliseconds: Int32, logger: Logger,
+              generation: (TopicPartition) -> UInt64) -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
+        var records: [KafkaRecord] = []
+        var reachedEnd: [TopicPartition] = []
+        var timeout = timeoutMilliseconds
+        var topicNames: [OpaquePointer: String] = [:]
+        let topicName = { (topic: OpaquePointer?) -> String in
+            guard let topic else { return "" }
+            if let name = topicNames[topic] { return name }
+            let name = String(cString: rd_kafka_topic_name(topic))
+            topicNames[topic] = name
+            return name
+        }
+        while records.count < maximum, let message = rd_kafka_consumer_poll(handle, timeout) {
+            defer { rd_kafka_message_destroy(message) }
+            timeout = 0
+            if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                reachedEnd.append(TopicPartition(topic: topicName(message.pointee.rkt), partition: message.pointee.partition))
+            } else if let record = RDKafkaMessage.record(from: message, logger: logger, topicName: topicName,
+                                                         generation: generation) {
+                records.append(record)
+            }
+        }
+        return (records, reachedEnd)
+    }
+
+    func pause(_ partitions: Set<TopicPartition>) {
+        withList(partitions) { _ = rd_kafka_pause_partitions(handle, $0) }
+    }
+
+    func resume(_ partitions: Set<TopicPartition>) {
+        withList(partitions) { _ = rd_kafka_resume_partitions(handle, $0) }
+    }
+
+    /// Starts reading each partition at its offset, replacing the assignment (no group membership).
+    func assign(_ starts: [TopicPartitionOffset]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList.make(starts)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_assign(handle, list)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.client, "cannot assign \(starts): \(RDKafkaConfig.errorName(result))")
+        }
+    }
+
+    func unassign() {
+        rd_kafka_assign(handle, nil)
+    }
+
+    /// Blocking: leaves the group (running the revoke callback) and serves what is left.
+    func closeConsumer() {
+        rd_kafka_consumer_close(handle)
+    }
+
+    /// Blocking: commits the offsets (each the next offset to consume) and waits for the answer.
+    /// Only for the rebalance callback, where the poll thread must not go on before it is done.
+    func commitSync(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_commit(handle, list, 0)
+        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
+            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
+        }
+        if let failure = RDKafkaTopicPartitionList.firstError(list) {
+            throw KafkaError(.commit, "commit failed for \(failure)")
+        }
+    }
+
+    /// Commits the offsets without blocking any thread: the broker's answer arrives on the
+    /// consumer's queue, which the poll loop serves, and resumes the caller.
+    func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let result: Result<Void, KafkaError> = await withCheckedContinuation { continuation in
+            let completion = CommitCompletion(offsets: offsets, continuation: continuation)
+            let opaque = Unmanaged.passRetained(completion).toOpaque()
+            let list = RDKafkaTopicPartitionList.make(offsets)
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            let queue = rd_kafka_queue_get_consumer(handle)
+            defer { if let queue { rd_kafka_queue_destroy(queue) } }
+            let error = rd_kafka_commit_queue(handle, list, queue, RDKafkaClient.commitCallback, opaque)
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                // Refused before it was queued (no group): the callback never runs.
+                Unmanaged<CommitCompletion>.fromOpaque(opaque).release()
+                completion.complete(error, failure: nil)
+            }
+        }
+        try result.get()
+    }
+
+    // MARK: Queries (blocking)
+
+    func committed(_ partitions: [TopicPartition], timeout: Duration) throws(KafkaError) -> [TopicPartitionOffset] {
+        let list = RDKafkaTopicPartitionList.make(partitions)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_committed(handle, list, Self.milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "cannot read committed offsets: \(RDKafkaConfig.errorName(result))")
+        }
+        return RDKafkaTopicPartitionList.entries(list)
+    }
+
+    func watermarks(_ partition: TopicPartition, timeout: Duration) throws(KafkaError) -> (low: Int64, high: Int64) {
+        var low: Int64 = -1
+        var high: Int64 = -1
+        let result = rd_kafka_query_watermark_offsets(handle, partition.topic, partition.partition, &low, &high,
+                                                      Self.milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "cannot read watermarks of \(partition): \(RDKafkaConfig.errorName(result))")
+        }
+        return (low, high)
+    }
+
+    /// The earliest offset per partition whose timestamp is at or after `timestampMilliseconds`;
+    /// -1 (end) where no record is that new.
+    func offsetsForTimes(_ partitions: [TopicPartition], timestampMilliseconds: Int64,
+                         timeout: Duration) throws(KafkaError) -> [TopicPartitionOffset] {
+        let list = RDKafkaTopicPartitionList.make(partitions.map { TopicPartitionOffset($0, offset: timestampMilliseconds) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_offsets_for_times(handle, list, Self.milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "cannot look up offsets for times: \(RDKafkaConfig.errorName(result))")
+        }
+        if let error = RDKafkaTopicPartitionList.firstError(list) {
+            throw KafkaError(.query, "cannot look up offsets for times: \(error)")
+        }
+        return RDKafkaTopicPartitionList.entries(list)
+    }
+
+    /// The topic's partition ids, from the cluster's metadata.
+    func partitionIDs(topic: String, timeout: Duration) throws(KafkaError) -> [Int32] {
+        guard let topicHandle = rd_kafka_topic_new(handle, topic, nil) else {
+            throw KafkaError(.query, "cannot open topic \(topic)")
+        }
+        defer { rd_kafka_topic_destroy(topicHandle) }
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let result = rd_kafka_metadata(handle, 0, topicHandle, &metadata, Self.milliseconds(timeout))
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+            throw KafkaError(.query, "cannot read metadata of \(topic): \(RDKafkaConfig.errorName(result))")
+        }
+        defer { rd_kafka_metadata_destroy(metadata) }
+        guard metadata.pointee.topic_cnt == 1 else { throw KafkaError(.query, "no metadata for topic \(topic)") }
+        let entry = metadata.pointee.topics[0]
+        guard entry.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(.query, "topic \(topic): \(RDKafkaConfig.errorName(entry.err))")
+        }
+        return (0..<Int(entry.partition_cnt)).map { entry.partitions[$0].id }.sorted()
+    }
+
+    /// The timestamp of the first record at or after `offset`, read with a one-partition
+    /// assignment (replacing any other); nil when there is no record there or it has no timestamp.
+    func timestamp(of partition: TopicPartition, at offset: Int64, timeout: Duration) throws(KafkaError) -> Int64? {
+        try assign([TopicPartitionOffset(partition, offset: offset)])
+        defer { unassign() }
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            guard let message = rd_kafka_consumer_poll(handle, 100) else { continue }
+            defer { rd_kafka_message_destroy(message) }
+            guard message.pointee.partition == partition.partition else { continue }
+            if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
+            if message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError(.query, "cannot fetch \(partition)@\(offset): \(RDKafkaConfig.errorName(message.pointee.err))")
+            }
+            var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+            let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+            return timestamp >= 0 ? timestamp : nil
+        }
+        throw KafkaError(.query, "no answer fetching \(partition)@\(offset) within \(timeout)")
+    }
+
+    // MARK: Producing
+
+    /// Hands one record to librdkafka; on success librdkafka holds `opaque` until the delivery
+    /// report. `RD_KAFKA_RESP_ERR__QUEUE_FULL` means: wait for a report and try again.
+    func produce(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
+                 timestampMilliseconds: Int64?, opaque: UnsafeMutableRawPointer) -> KafkaError? {
+        let error = RDKafkaProduce.produce(handle, topic: topic, key: key, value: value, headers: headers,
+                                           timestampMilliseconds: timestampMilliseconds, opaque: opaque)
+        guard error != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        return KafkaError(.produce, "cannot produce to \(topic): \(RDKafkaConfig.errorName(error))", code: error.rawValue)
+    }
+
+    static let queueFull = RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue
+
+    /// Blocking: serves delivery reports and other callbacks for up to `timeoutMilliseconds`.
+    func servePoll(timeoutMilliseconds: Int32) {
+        rd_kafka_poll(handle, timeoutMilliseconds)
+    }
+
+    /// Blocking: waits until every queued record is delivered or failed; false on timeout.
+    func flush(timeout: Duration) -> Bool {
+        rd_kafka_flush(handle, Self.milliseconds(timeout)) == RD_KAFKA_RESP_ERR_NO_ERROR
+    }
+
+    // MARK: Mock cluster
+
+    /// librdkafka's in-process mock cluster, living inside this client's handle.
+    struct MockCluster: @unchecked Sendable {  // librdkafka's mock API is thread-safe
+        fileprivate let pointer: OpaquePointer
+
+        var bootstrapServers: String { String(cString: rd_kafka_mock_cluster_bootstraps(pointer)) }
+
+        func destroy() { rd_kafka_mock_cluster_destroy(pointer) }
+
+        func createTopic(_ name: String, partitions: Int, replicationFactor: Int) throws(KafkaError) {
+            let result = rd_kafka_mock_topic_create(pointer, name, Int32(partitions), Int32(replicationFactor))
+            guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                throw KafkaError(.mockCluster, "cannot create topic \(name): \(RDKafkaConfig.errorName(result))")
+            }
+        }
+
+        func setBrokerDown(_ brokerId: Int32) { rd_kafka_mock_broker_set_down(pointer, brokerId) }
+
+        func setBrokerUp(_ brokerId: Int32) { rd_kafka_mock_broker_set_up(pointer, brokerId) }
+
+        func setBrokerRoundTripTime(_ brokerId: Int32, _ roundTrip: Duration) {
+            rd_kafka_mock_broker_set_rtt(pointer, brokerId, RDKafkaClient.milliseconds(roundTrip))
+        }
+
+        func setTopicError(_ topic: String, error: Int32) {
+            rd_kafka_mock_topic_set_error(pointer, topic, rd_kafka_resp_err_t(error))
+        }
+
+        func failNextRequests(apiKey: Int16, error: Int32, count: Int) {
+            let errors = [rd_kafka_resp_err_t](repeating: rd_kafka_resp_err_t(error), count: count)
+            errors.withUnsafeBufferPointer {
+                rd_kafka_mock_push_request_errors_array(pointer, apiKey, count, $0.baseAddress)
+            }
+        }
+    }
+
+    func makeMockCluster(brokers: Int) throws(KafkaError) -> MockCluster {
+        guard let cluster = rd_kafka_mock_cluster_new(handle, Int32(brokers)) else {
+            throw KafkaError(.mockCluster, "cannot create a mock Kafka cluster")
+        }
+        return MockCluster(pointer: cluster)
+    }
+
+    // MARK: Helpers
+
+    static func milliseconds(_ duration: Duration) -> Int32 {
+        Int32(clamping: duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    private func withList(_ partitions: Set<TopicPartition>,
+                          _ call: (UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void) {
+        guard !partitions.isEmpty else { return }
+        let list = RDKafkaTopicPartitionList.make(partitions.sorted())
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        call(list)
+    }
+
+    // MARK: Callbacks
+
+    /// Runs on the consumer's poll thread before librdkafka applies an assignment change:
+    /// the owner decides what to commit before a revoke, then the change is applied here.
+    private static let rebalanceCallback: @convention(c) (
+        OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+    ) -> Void = { handle, code, list, _ in
+        guard let handle, let list, let owner = RDKafkaClientContext.from(handle) as? RDKafkaRebalanceHandling else { return }
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+        let partitions = RDKafkaTopicPartitionList.entries(list).map(\.topicPartition)
+        switch code {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            owner.rebalance(.assign(partitions), cooperative: cooperative)
+            let failed = cooperative
+                ? rd_kafka_incremental_assign(handle, list).map { rd_kafka_error_destroy($0) } != nil
+                : rd_kafka_assign(handle, list) != RD_KAFKA_RESP_ERR_NO_ERROR
+            if failed { owner.logger.error("Kafka assign failed for \(partitions)") }
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(handle) != 0
+            let final = owner.rebalance(.revoke(partitions, lost: lost), cooperative: cooperative)
+            if !lost, !final.isEmpty { commitBeforeRevoke(handle, final, owner) }
+            if cooperative {
+                if let error = rd_kafka_incremental_unassign(handle, list) { rd_kafka_error_destroy(error) }
+            } else {
+                rd_kafka_assign(handle, nil)
+            }
+        default:
+            owner.logger.error("Kafka rebalance error: \(RDKafkaConfig.errorName(code))")
+            owner.rebalance(.revoke(partitions, lost: true), cooperative: false)
+            rd_kafka_assign(handle, nil)
+        }
+    }
+
+    private static func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset],
+                                           _ owner: any RDKafkaRebalanceHandling) {
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_commit(handle, list, 0)
+        let failure = result != RD_KAFKA_RESP_ERR_NO_ERROR ? RDKafkaConfig.errorName(result) : RDKafkaTopicPartitionList.firstError(list)
+        owner.committedBeforeRevoke(offsets, failure: failure)
+    }
+
+    private static let deliveryCallback: @convention(c) (
+        OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?
+    ) -> Void = { handle, message, _ in
+        guard let message, let opaque = message.pointee._private else { return }
+        let owner = handle.flatMap { RDKafkaClientContext.from($0) as? RDKafkaDeliveryHandling }
+        owner?.delivered(opaque, result: message.pointee.err.rawValue)
+    }
+
+    private static let commitCallback: @convention(c) (
+        OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+    ) -> Void = { _, error, list, opaque in
+        guard let opaque else { return }
+        let completion = Unmanaged<CommitCompletion>.fromOpaque(opaque).takeRetainedValue()
+        completion.complete(error, failure: list.flatMap { RDKafkaTopicPartitionList.firstError($0) })
+    }
+}
+
+/// An assignment change as the consumer's owner sees it.
+enum RDKafkaRebalance {
+    case assign([TopicPartition])
+    /// `lost`: taken away (session timeout); committing for them would be rejected.
+    case revoke([TopicPartition], lost: Bool)
+}
+
+/// A consumer context that takes part in rebalances.
+protocol RDKafkaRebalanceHandling: RDKafkaClientContext {
+    /// Returns, for a revoke, the offsets to commit before the partitions go (ignored when lost).
+    @discardableResult
+    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> [TopicPartitionOffset]
+    /// The commit before a revoke ended; `failure` says why it did not succeed.
+    func committedBeforeRevoke(_ offsets: [TopicPartitionOffset], failure: String?)
+}
+
+/// A producer context that hears each produced record's delivery report.
+protocol RDKafkaDeliveryHandling: RDKafkaClientContext {
+    /// `opaque` is what `produce` was given; `result` 0 means delivered.
+    func delivered(_ opaque: UnsafeMutableRawPointer, result: Int32)
+}
+
+/// One asynchronous commit waiting for the broker's answer.
+private final class CommitCompletion: Sendable {
+    let offsets: [TopicPartitionOffset]
+    private let continuation: Mutex<CheckedContinuation<Result<Void, KafkaError>, Never>?>
+
+    init(offsets: [TopicPartitionOffset], continuation: CheckedContinuation<Result<Void, KafkaError>, Never>) {
+        self.offsets = offsets
+        self.continuation = Mutex(continuation)
+    }
+
+    func complete(_ error: rd_kafka_resp_err_t, failure: String?) {
+        guard let continuation = continuation.withLock({ $0.take() }) else { return }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            continuation.resume(returning: .failure(KafkaError(
+                .commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(error))", code: error.rawValue)))
+        } else if let failure {
+            continuation.resume(returning: .failure(KafkaError(.commit, "commit failed for \(failure)")))
+        } else {
+            continuation.resume(returning: .success(()))
+        }
+    }
+}
