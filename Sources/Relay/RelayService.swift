@@ -191,17 +191,39 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// One worker: takes the pipeline's next request, delivers it, reports the outcome.
+    /// One worker. Its loop runs as a child task, so that a revoke can cancel the request it
+    /// is on (that request only: see `RequestCancellation`); a fresh loop then takes over.
     private func work() async {
-        while let request = await pipeline.nextRequest(whenReady: carryOut) {
-            statistics.requestStarted()
-            let (pipeline, forwarder) = (self.pipeline, self.forwarder)
-            let delivery = await request.cancellation.run {
-                await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
-                                        awaitingTokenSince: request.awaitingTokenSince) {
-                    pipeline.read { state in request.sources.contains(where: state.owns) }
-                }
+        var cancelledByRevoke = true
+        while cancelledByRevoke, !Task.isCancelled {
+            let watch = WorkerWatch()
+            cancelledByRevoke = await withTaskGroup(of: Bool.self) { loop in
+                loop.addTask { await self.workLoop(watch) }
+                await watch.wait()
+                loop.cancelAll()
+                return await loop.next() ?? false
             }
+        }
+    }
+
+    /// Takes the pipeline's next request, delivers it, reports the outcome; false once no more
+    /// requests will come, true when cancelled.
+    private func workLoop(_ watch: WorkerWatch) async -> Bool {
+        defer { watch.loopEnded() }
+        while !Task.isCancelled {
+            guard let request = await pipeline.nextRequest(whenReady: carryOut) else { return false }
+            statistics.requestStarted()
+            defer { statistics.requestEnded() }
+            guard request.cancellation.begin(on: watch) else {
+                carryOut(pipeline.handle { $0.complete(request, Delivery(outcome: .abandoned), now: .now) })
+                continue
+            }
+            let pipeline = self.pipeline
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
+                                                   awaitingTokenSince: request.awaitingTokenSince) {
+                pipeline.read { state in request.sources.contains(where: state.owns) }
+            }
+            request.cancellation.end()
             if delivery.outcome == .awaitingToken {
                 let delay = configuration.retryPolicy.delay(attempt: request.tokenAttempts, retryAfterSeconds: nil)
                 carryOut(pipeline.handle { $0.retryLater(request, after: delay, now: .now) })
@@ -209,8 +231,8 @@ public final class RelayService: Service, Sendable {
                 carryOut(pipeline.handle { $0.complete(request, delivery, now: .now) })
                 count(request, delivery.outcome)
             }
-            statistics.requestEnded()
         }
+        return true
     }
 
     private func count(_ request: CoalescedRequest, _ outcome: DeliveryOutcome) {

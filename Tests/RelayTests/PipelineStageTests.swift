@@ -91,30 +91,27 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
                                         newestAcceptedMilliseconds: nil, pastLimit: 100).request)
     }
 
-    /// The delivery a revoke cancels ends, and `run` returns only once it has.
-    @Test func aCancelledDeliveryEndsBeforeRunReturns() async throws {
+    @Test func cancellingARequestAWorkerIsOnWakesItsWatcher() async throws {
         let cancellation = try request().cancellation
-        let (started, start) = AsyncStream.makeStream(of: Void.self)
-        async let outcome = cancellation.run {
-            start.yield()
-            return (try? await Task.sleep(for: .seconds(3600))) == nil ? "cancelled" : "finished"
-        }
-        for await _ in started { break }
+        let watch = WorkerWatch()
+        #expect(cancellation.begin(on: watch))
         cancellation.cancel()
-        #expect(await outcome == "cancelled", "the delivery saw the cancellation and ended")
+        await watch.wait()
+        #expect(cancellation.isCancelled)
     }
 
-    @Test func aCancellationBeforeTheDeliveryStartsStillCancelsIt() async throws {
+    @Test func aRequestCancelledBeforeItStartsIsNeverBegun() throws {
         let cancellation = try request().cancellation
         cancellation.cancel()
-        let outcome = await cancellation.run { (try? await Task.sleep(for: .seconds(3600))) == nil ? "cancelled" : "finished" }
-        #expect(outcome == "cancelled")
+        #expect(!cancellation.begin(on: WorkerWatch()), "the worker must not send it")
     }
 
-    @Test func aDeliveryThatEndedIsUntouchedByALateCancellation() async throws {
+    /// Once the worker ended the request it may be on another one: a late cancellation must not reach it.
+    @Test func aRequestThatEndedIsUntouchedByALateCancellation() throws {
         let cancellation = try request().cancellation
-        #expect(await cancellation.run { "finished" } == "finished")
+        #expect(cancellation.begin(on: WorkerWatch()))
+        cancellation.end()
         cancellation.cancel()
-        #expect(!cancellation.isCancelled, "nothing was under way to cancel")
+        #expect(!cancellation.isCancelled)
     }
 }

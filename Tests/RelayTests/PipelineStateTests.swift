@@ -123,6 +123,17 @@ import Testing
         #expect(core.state.assignedPartitions == [core.partition(1)])
     }
 
+    /// Abandoning a request that also settles a kept partition's record would leave that record
+    /// unfinished for good: such a request is waited for, not cancelled.
+    @Test func aRevokeDoesNotCancelARequestThatAlsoSettlesAKeptPartition() throws {
+        let core = Core(partitions: [0, 1])
+        core.consume([core.fix("v", at: 1, offset: 0), core.fix("v", at: 2, offset: 0, partition: 1)])
+        let spanning = try #require(core.request())
+        #expect(spanning.partitions.count == 2)
+        #expect(core.state.beginRevoke([core.partition(0)]).cancel.isEmpty)
+        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1, "the revoke waits for it instead")
+    }
+
     @Test func recordsFetchedUnderAnEarlierAssignmentAreSkipped() throws {
         let core = Core()
         _ = core.state.finishRevoke([core.partition(0)])

@@ -144,7 +144,7 @@ public struct PipelineState<Waiter> {
         return finished(actions, assignmentChanged: true)
     }
 
-    /// Stops new work on the partitions and orders the requests under way on them cancelled;
+    /// Stops new work on the partitions and orders the requests under way only on them cancelled;
     /// dead letters under way may still finish, and what finished is committed.
     public mutating func beginRevoke(_ revoking: [TopicPartition]) -> Actions {
         var actions = Actions()
@@ -155,8 +155,11 @@ public struct PipelineState<Waiter> {
             if progress.workUnderWay > 0 { sites.insert(PartitionGeneration(partition, progress.generation)) }
         }
         guard !sites.isEmpty else { return actions }
+        // A request that also settles records of a partition kept (rare: events are keyed by
+        // vehicle) is not cancelled: abandoning it would leave those records unfinished.
         for lane in lanes.values {
-            if let request = lane.inFlight, request.partitions.contains(where: sites.contains) {
+            if let request = lane.inFlight, request.partitions.contains(where: sites.contains),
+               request.partitions.allSatisfy({ partitions[$0.topicPartition]?.revoking ?? true }) {
                 actions.cancel.append(request)
             }
         }

@@ -3,21 +3,23 @@ import Synchronization
 
 /// Lets a partition revoke cancel a request under way: the revoke must not hand the
 /// partition over while this member's request may still land after the next owner's.
-/// The pipeline keeps one per request in flight; the worker runs the delivery through it.
+/// The pipeline keeps one per request in flight. A worker runs its loop as a child task
+/// (see `WorkerWatch`); cancelling the request cancels that loop while it is on this
+/// request, and only then, so no other request is ever hit. Nothing is created per
+/// request but this object: a task per request costs more CPU than the request itself.
 public final class RequestCancellation: Sendable {
     /// The vehicle and partitions of the request, so a revoke finds the requests it concerns.
     public let vehicle: VehicleIdentity
     public let partitions: [PartitionGeneration]
 
     private enum State {
-        case running
-        /// The worker waits for either the delivery to end or a cancellation.
-        case watching(CheckedContinuation<Void, Never>)
+        case waiting
+        case running(WorkerWatch)
         case cancelled
         case ended
     }
 
-    private let state = Mutex(State.running)
+    private let state = Mutex(State.waiting)
 
     init(vehicle: VehicleIdentity, partitions: [PartitionGeneration]) {
         self.vehicle = vehicle
@@ -28,56 +30,75 @@ public final class RequestCancellation: Sendable {
         state.withLock { if case .cancelled = $0 { true } else { false } }
     }
 
-    /// Cancels the delivery running through `run`, now or as soon as it starts.
+    /// Cancels the request: at once if a worker is on it, else before it starts.
     public func cancel() {
-        let watcher: CheckedContinuation<Void, Never>? = state.withLock { state in
+        state.withLock { state in
             switch state {
-            case .running:
+            case .waiting:
                 state = .cancelled
-                return nil
-            case .watching(let continuation):
+            case .running(let watch):
                 state = .cancelled
-                return continuation
+                // Under the lock: the worker cannot have ended this request and moved on.
+                watch.cancelWorker()
             case .cancelled, .ended:
-                return nil
+                break
             }
-        }
-        watcher?.resume()
-    }
-
-    /// Runs the delivery as a child task that a `cancel()` cancels; returns its result once
-    /// it ended, so a cancelled request is over (connection closed, no retry pending) on return.
-    public func run<Result: Sendable>(_ delivery: @escaping @Sendable () async -> Result) async -> Result {
-        await withTaskGroup(of: Result.self) { group in
-            group.addTask {
-                let result = await delivery()
-                self.end()
-                return result
-            }
-            await watch()
-            if isCancelled { group.cancelAll() }
-            return await group.next()!
         }
     }
 
-    /// Suspends until the delivery ended or was cancelled.
-    private func watch() async {
+    /// The worker watched by `watch` starts the request; false when it was cancelled already.
+    public func begin(on watch: WorkerWatch) -> Bool {
+        state.withLock { state in
+            guard case .waiting = state else { return false }
+            state = .running(watch)
+            return true
+        }
+    }
+
+    /// The worker is done with the request: a later `cancel()` no longer reaches it.
+    public func end() {
+        state.withLock { state in
+            if case .running = state { state = .ended }
+        }
+    }
+}
+
+/// Watches one worker loop, run as a child task: its parent waits until the loop ended or a
+/// revoke cancelled the request it was on, then cancels the loop and, unless the loop ended
+/// for good, starts a fresh one.
+public final class WorkerWatch: Sendable {
+    private enum State {
+        case running
+        case watched(CheckedContinuation<Void, Never>)
+        case fired
+    }
+
+    private let state = Mutex(State.running)
+
+    public init() {}
+
+    /// Suspends the parent until `cancelWorker()` or `loopEnded()`.
+    public func wait() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = state.withLock { state in
                 guard case .running = state else { return true }
-                state = .watching(continuation)
+                state = .watched(continuation)
                 return false
             }
             if resumeNow { continuation.resume() }
         }
     }
 
-    private func end() {
-        let watcher: CheckedContinuation<Void, Never>? = state.withLock { state in
-            defer { if case .cancelled = state {} else { state = .ended } }
-            if case .watching(let continuation) = state { return continuation }
+    func cancelWorker() { fire() }
+
+    public func loopEnded() { fire() }
+
+    private func fire() {
+        let continuation: CheckedContinuation<Void, Never>? = state.withLock { state in
+            defer { state = .fired }
+            if case .watched(let continuation) = state { return continuation }
             return nil
         }
-        watcher?.resume()
+        continuation?.resume()
     }
 }
