@@ -43,6 +43,7 @@ public final class KafkaConsumer: Service, Sendable {
     private let client: RDKafkaClient
     private let context: ConsumerContext
     private let control: Mutex<Control>
+    private let pollThread: PollThread
     /// Watermark queries wait on their own queue: a slow broker delays the lag gauge, never a commit.
     private let queryCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.queries")
     private let logger: Logger
@@ -52,16 +53,6 @@ public final class KafkaConsumer: Service, Sendable {
         var pauseAll = false
         /// The partitions the owner of flow control wants paused.
         var pausedPartitions: Set<TopicPartition> = []
-        var phase = Phase.created
-        /// Callers of `close()` and `run()` waiting for the poll loop to end.
-        var waitingForStop: [CheckedContinuation<Void, Never>] = []
-    }
-
-    private enum Phase {
-        case created
-        case polling
-        case stopping
-        case stopped
     }
 
     public static let defaultProperties: [String: String] = [
@@ -105,6 +96,7 @@ public final class KafkaConsumer: Service, Sendable {
         self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.context = context
         self.control = Mutex(Control())
+        self.pollThread = PollThread(name: "kafka-consumer-poll", wake: context.readerGate.wake)
         self.logger = logger
         try client.subscribe(topics)
     }
@@ -112,37 +104,16 @@ public final class KafkaConsumer: Service, Sendable {
     /// Polls until `close()` or until the task is cancelled; returns once the consumer has
     /// left its group. The poll thread lives exactly as long as this call.
     public func run() async {
-        let start = control.withLock { control in
-            guard control.phase == .created else { return false }
-            control.phase = .polling
-            return true
-        }
-        if start {
-            let thread = Thread { [self] in self.pollLoop() }
-            thread.name = "kafka-consumer-poll"
-            thread.start()
-        }
-        await withTaskCancellationHandler {
-            await waitUntilStopped()
-        } onCancel: {
-            self.requestStop()
+        await pollThread.run { [self] in
+            pollLoop()
+            leaveGroup()
         }
     }
 
     /// Leaves the group (running the revoke handler for the current assignment)
     /// and releases librdkafka. `records` finishes. Idempotent.
     public func close() async {
-        let neverPolled = control.withLock { control in
-            guard control.phase == .created else { return false }
-            control.phase = .stopping
-            return true
-        }
-        if neverPolled {
-            Thread { [self] in self.leaveGroup() }.start()
-        } else {
-            requestStop()
-        }
-        await waitUntilStopped()
+        await pollThread.stop { [self] in leaveGroup() }
     }
 
     /// Stops fetching for every assigned partition, now and after any later assignment,
@@ -179,12 +150,13 @@ public final class KafkaConsumer: Service, Sendable {
     }
 
     /// Commits the given offsets (each the next offset to consume) without blocking a thread:
-    /// the broker's answer is served by the poll loop. Fails once the consumer is closing.
-    public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
-        guard control.withLock({ $0.phase == .polling }) else {
+    /// the broker's answer is served by the poll loop. Fails once the consumer is closing, and
+    /// when no answer came within `timeout`.
+    public func commit(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(30)) async throws(KafkaError) {
+        guard pollThread.isPolling else {
             throw KafkaError(.commit, "the consumer is not polling (not running, or closing): nothing committed")
         }
-        try await client.commit(offsets)
+        try await client.commit(offsets, timeout: timeout)
     }
 
     /// Low and high watermarks of a partition as the broker reports them.
@@ -192,29 +164,11 @@ public final class KafkaConsumer: Service, Sendable {
         try await queryCalls.run { () throws(KafkaError) in try self.client.watermarks(partition, timeout: timeout) }
     }
 
-    private func requestStop() {
-        control.withLock { control in
-            if control.phase == .polling { control.phase = .stopping }
-        }
-        context.readerGate.wake()
-    }
-
-    private func waitUntilStopped() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let stopped = control.withLock { control in
-                if control.phase == .stopped { return true }
-                control.waitingForStop.append(continuation)
-                return false
-            }
-            if stopped { continuation.resume() }
-        }
-    }
-
     // MARK: Poll thread
 
     private func pollLoop() {
         var applied: Set<TopicPartition> = []
-        while control.withLock({ $0.phase == .polling }) {
+        while pollThread.isPolling {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let readerStalled = !context.readerGate.waitForRoom(
                 maximumBuffered: Self.maximumBufferedChunks, timeout: Self.readerStallBeforePause)
@@ -238,21 +192,13 @@ public final class KafkaConsumer: Service, Sendable {
                 context.continuation.yield(chunk)
             }
         }
-        leaveGroup()
     }
 
-    /// Leaves the group (commit answers still pending are served meanwhile), ends `records`
-    /// and wakes whoever waits for the stop.
+    /// Leaves the group (commit answers still pending are served meanwhile) and ends `records`.
     private func leaveGroup() {
         logger.info("Kafka consumer leaving its group")
         client.closeConsumer()
         context.continuation.finish()
-        let waiters = control.withLock { control in
-            control.phase = .stopped
-            defer { control.waitingForStop = [] }
-            return control.waitingForStop
-        }
-        waiters.forEach { $0.resume() }
     }
 
     private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {

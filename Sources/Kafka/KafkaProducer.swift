@@ -13,14 +13,7 @@ import Synchronization
 public final class KafkaProducer: Service, Sendable {
     private let client: RDKafkaClient
     private let context: ProducerContext
-    private let phase = Mutex(Phase.created)
-
-    private enum Phase {
-        case created
-        case polling(stopped: [CheckedContinuation<Void, Never>])
-        case stopping(stopped: [CheckedContinuation<Void, Never>])
-        case stopped
-    }
+    private let pollThread = PollThread(name: "kafka-producer-poll")
 
     public static let defaultProperties: [String: String] = [
         "acks": "all",
@@ -66,35 +59,9 @@ public final class KafkaProducer: Service, Sendable {
     /// thread lives exactly as long as this call; it waits in librdkafka for the next
     /// report, never spins.
     public func run() async {
-        let start = phase.withLock { phase in
-            guard case .created = phase else { return false }
-            phase = .polling(stopped: [])
-            return true
+        await pollThread.run { [client, pollThread] in
+            while pollThread.isPolling { client.servePoll(timeoutMilliseconds: 100) }
         }
-        if start {
-            let thread = Thread { [self] in
-                while isPolling { client.servePoll(timeoutMilliseconds: 100) }
-                let waiters = phase.withLock { phase -> [CheckedContinuation<Void, Never>] in
-                    defer { phase = .stopped }
-                    switch phase {
-                    case .polling(let stopped), .stopping(let stopped): return stopped
-                    case .created, .stopped: return []
-                    }
-                }
-                waiters.forEach { $0.resume() }
-            }
-            thread.name = "kafka-producer-poll"
-            thread.start()
-        }
-        await withTaskCancellationHandler {
-            await waitUntilStopped()
-        } onCancel: {
-            self.requestStop()
-        }
-    }
-
-    private var isPolling: Bool {
-        phase.withLock { if case .polling = $0 { true } else { false } }
     }
 
     /// Produces one record and waits for the broker's acknowledgement. Cancelling
@@ -142,35 +109,7 @@ public final class KafkaProducer: Service, Sendable {
     /// with the last reference.
     public func close(timeout: Duration = .seconds(10)) async {
         await flush(timeout: timeout)
-        requestStop()
-        await waitUntilStopped()
-    }
-
-    private func requestStop() {
-        phase.withLock { phase in
-            switch phase {
-            case .created: phase = .stopped
-            case .polling(let stopped): phase = .stopping(stopped: stopped)
-            case .stopping, .stopped: break
-            }
-        }
-    }
-
-    private func waitUntilStopped() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let stopped = phase.withLock { phase in
-                switch phase {
-                case .created, .stopped: return true
-                case .polling(let waiting):
-                    phase = .polling(stopped: waiting + [continuation])
-                    return false
-                case .stopping(let waiting):
-                    phase = .stopping(stopped: waiting + [continuation])
-                    return false
-                }
-            }
-            if stopped { continuation.resume() }
-        }
+        await pollThread.stop()
     }
 
     /// Hands one record to librdkafka. A full local queue suspends the task until a

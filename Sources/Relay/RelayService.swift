@@ -210,7 +210,9 @@ public final class RelayService: Service, Sendable {
     /// requests will come, true when cancelled.
     private func workLoop(_ watch: WorkerWatch) async -> Bool {
         defer { watch.loopEnded() }
-        while !Task.isCancelled {
+        // `watch.hasFired`, not only task cancellation: the parent learns of a revoke's cancel at
+        // once but cancels this task later, and by then the loop must not have taken a new request.
+        while !Task.isCancelled, !watch.hasFired {
             guard let request = await pipeline.nextRequest(whenReady: carryOut) else { return false }
             statistics.requestStarted()
             defer { statistics.requestEnded() }
@@ -279,7 +281,7 @@ public final class RelayService: Service, Sendable {
         let offsets = pipeline.read { $0.offsetsToCommit() }
         guard !offsets.isEmpty else { return }
         do {
-            try await consumer.commit(offsets)
+            try await consumer.commit(offsets, timeout: .seconds(10))
             pipeline.update { $0.committed(offsets) }
             statistics.commits.add(1, ordering: .relaxed)
         } catch {

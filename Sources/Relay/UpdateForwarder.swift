@@ -108,7 +108,9 @@ public struct UpdateForwarder: Sendable {
                 return delivery
             }
             if !delivery.liveChecked {
-                switch await liveLocation(of: update.vehicle, token: token) {
+                let live = await liveLocation(of: update.vehicle, token: token)
+                if Task.isCancelled { break }
+                switch live {
                 case .known(let live):
                     delivery.liveChecked = true
                     delivery.newestKnownMilliseconds = live
@@ -127,6 +129,7 @@ public struct UpdateForwarder: Sendable {
             }
             let started = ContinuousClock.now
             let response = await client.send(update, token: token)
+            if Task.isCancelled { break }  // a revoke or shutdown ended it: says nothing about Fleet Engine
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
             health.record(response.outcome)
             observeResponse(response.outcome)

@@ -96,6 +96,7 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         let watch = WorkerWatch()
         #expect(cancellation.begin(on: watch))
         cancellation.cancel()
+        #expect(watch.hasFired, "the worker's loop must take no further request from now on")
         await watch.wait()
         #expect(cancellation.isCancelled)
     }

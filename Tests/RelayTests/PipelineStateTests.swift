@@ -47,7 +47,9 @@ import Testing
         #expect(core.state.offsetsToCommit() == [core.offset(0, 2)])
     }
 
-    @Test func anAbandonedRequestLeavesItsRecordsUncommitted() throws {
+    /// A request ended without an answer (cancelled) while its partition is still ours: its
+    /// records stay uncommitted, and its fixes go out again rather than hold the commit forever.
+    @Test func anAbandonedRequestLeavesItsRecordsUncommittedAndSendsThemAgain() throws {
         let core = Core()
         core.consume([core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 1)])
         let first = try #require(core.request())
@@ -56,6 +58,10 @@ import Testing
         core.complete(second, .accepted)
         #expect(core.state.offsetsToCommit().isEmpty)
         #expect(core.state.unfinishedRecords == 1)
+        let again = try #require(core.request(), "the abandoned fix goes out again")
+        #expect(again.update.vehicle.id == "a")
+        core.complete(again, .accepted)
+        #expect(core.state.offsetsToCommit() == [core.offset(0, 2)])
     }
 
     // MARK: Never backwards

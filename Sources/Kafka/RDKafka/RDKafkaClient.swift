@@ -1,4 +1,5 @@
 import CRdKafka
+import Dispatch
 import Logging
 import Synchronization
 
@@ -128,11 +129,16 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
     }
 
     /// Commits the offsets without blocking any thread: the broker's answer arrives on the
-    /// consumer's queue, which the poll loop serves, and resumes the caller.
-    func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+    /// consumer's queue, which the poll loop serves, and resumes the caller. Without an answer
+    /// within `timeout` the commit counts as failed (the caller commits again later): a commit
+    /// whose answer librdkafka drops, e.g. across a rebalance, must not stall every later one.
+    func commit(_ offsets: [TopicPartitionOffset], timeout: Duration) async throws(KafkaError) {
         guard !offsets.isEmpty else { return }
         let result: Result<Void, KafkaError> = await withCheckedContinuation { continuation in
             let completion = CommitCompletion(offsets: offsets, continuation: continuation)
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.inSecondsForDispatch) {
+                completion.complete(RD_KAFKA_RESP_ERR__TIMED_OUT, failure: nil)
+            }
             let opaque = Unmanaged.passRetained(completion).toOpaque()
             let list = RDKafkaTopicPartitionList.make(offsets)
             defer { rd_kafka_topic_partition_list_destroy(list) }
@@ -412,4 +418,8 @@ private final class CommitCompletion: Sendable {
             continuation.resume(returning: .success(()))
         }
     }
+}
+
+extension Duration {
+    var inSecondsForDispatch: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

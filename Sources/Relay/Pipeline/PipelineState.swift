@@ -250,10 +250,21 @@ public struct PipelineState<Waiter> {
         case .rejected(let reason, let detail):
             for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
         case .abandoned, .awaitingToken:
-            break
+            requeueOwnedFixes(of: request)
         }
         endRequest(request, now: now, &actions)
         return finished(actions)
+    }
+
+    /// An abandoned request's fixes whose partitions are still ours go back to the front of the
+    /// vehicle's queue: left out, their records would stay unfinished and hold the commit for
+    /// good. (Shutdown abandons requests too; after it, nothing is queued again.)
+    private mutating func requeueOwnedFixes(of request: CoalescedRequest) {
+        guard !intakeClosed, var lane = lanes[request.update.vehicle] else { return }
+        let owned = (request.carried + [request.newest]).filter { owns($0.source) }
+        guard !owned.isEmpty else { return }
+        lane.queued = owned + lane.queued
+        lanes[request.update.vehicle] = lane
     }
 
     /// No token could be had for the request: its fixes go back to the front of the

@@ -89,6 +89,11 @@ public final class WorkerWatch: Sendable {
         }
     }
 
+    /// Whether the loop was cancelled (or ended): it takes no further request.
+    public var hasFired: Bool {
+        state.withLock { if case .fired = $0 { true } else { false } }
+    }
+
     func cancelWorker() { fire() }
 
     public func loopEnded() { fire() }

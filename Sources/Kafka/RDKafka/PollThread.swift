@@ -1,0 +1,105 @@
+import Foundation
+import Synchronization
+
+/// The life of a librdkafka client's poll thread, shared by the consumer and the producer:
+/// `run` starts it and returns once it ended, `stop` ends it and waits; the thread lives
+/// exactly as long as the `run` call that started it (polling blocks inside librdkafka, so
+/// it cannot run on a Swift concurrency thread).
+final class PollThread: Sendable {
+    private enum Phase {
+        case created
+        case polling
+        case stopping
+        case stopped
+    }
+
+    private struct State {
+        var phase = Phase.created
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
+    private let name: String
+    /// Called after a stop was requested: ends a wait inside the loop early.
+    private let wake: @Sendable () -> Void
+
+    init(name: String, wake: @escaping @Sendable () -> Void = {}) {
+        self.name = name
+        self.wake = wake
+    }
+
+    /// Whether the loop should go on.
+    var isPolling: Bool { state.withLock { $0.phase == .polling } }
+
+    /// Runs `loop` on its own thread (once; a later call only waits) and returns when it ended:
+    /// the loop returns once `isPolling` turned false. Cancelling the task stops it.
+    func run(_ loop: @escaping @Sendable () -> Void) async {
+        let start = state.withLock { state in
+            guard state.phase == .created else { return false }
+            state.phase = .polling
+            return true
+        }
+        if start { startThread(loop) }
+        await withTaskCancellationHandler {
+            await waitUntilStopped()
+        } onCancel: {
+            self.requestStop()
+        }
+    }
+
+    /// Stops the loop and waits until it ended. If it never started, `neverStarted` runs on a
+    /// thread instead (releasing what the loop would have released on its way out).
+    func stop(neverStarted: @escaping @Sendable () -> Void = {}) async {
+        let unstarted = state.withLock { state in
+            switch state.phase {
+            case .created:
+                state.phase = .stopping
+                return true
+            case .polling:
+                state.phase = .stopping
+                return false
+            case .stopping, .stopped:
+                return false
+            }
+        }
+        wake()
+        if unstarted { startThread(neverStarted) }
+        await waitUntilStopped()
+    }
+
+    func requestStop() {
+        state.withLock { state in
+            if state.phase == .polling { state.phase = .stopping }
+        }
+        wake()
+    }
+
+    private func startThread(_ body: @escaping @Sendable () -> Void) {
+        let thread = Thread {
+            body()
+            self.markStopped()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    private func markStopped() {
+        let waiters = state.withLock { state in
+            state.phase = .stopped
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        waiters.forEach { $0.resume() }
+    }
+
+    private func waitUntilStopped() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let stopped = state.withLock { state in
+                if state.phase == .stopped { return true }
+                state.waiting.append(continuation)
+                return false
+            }
+            if stopped { continuation.resume() }
+        }
+    }
+}
