@@ -42,8 +42,6 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Updates that arrived while another update of the same vehicle was still open: two
         /// relays sending for one vehicle at once, which a revoke must rule out.
         public var overlappingUpdates = 0
-        /// Updates dropped unapplied because their client closed the connection during `updateLatency`.
-        public var updatesAbandonedByClient = 0
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -138,7 +136,6 @@ public final class FleetEngineEmulator: EmulatedService {
         guard request.method != "GET" else { return handle(request) }
         return await whileOpen(request) {
             if updateLatency > .zero, await !request.connection.hold(for: updateLatency) {
-                state.withLock { $0.statistics.updatesAbandonedByClient += 1 }
                 return .googleError(499, "CANCELLED", "The client went away.")
             }
             return handle(request)

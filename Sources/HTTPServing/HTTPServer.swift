@@ -12,7 +12,17 @@ public struct HTTPRequest: Sendable {
     public let headers: [(name: String, value: String)]
     public let body: [UInt8]
     /// The connection the request came on: a slow responder can notice its client going away.
-    public var connection = ClientConnection()
+    public let connection: ClientConnection
+
+    public init(method: String, path: String, query: [String: String], headers: [(name: String, value: String)],
+                body: [UInt8], connection: ClientConnection = ClientConnection()) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.connection = connection
+    }
 
     public func header(_ name: String) -> String? {
         headers.first { $0.name.lowercased() == name.lowercased() }?.value
@@ -182,8 +192,7 @@ private final class RequestHandler: ChannelInboundHandler {
         if tooLarge {
             promise.succeed(.text(413, "request body too large\n"))
         } else {
-            var request = Self.request(from: head, body: body)
-            request.connection = connection
+            let request = Self.request(from: head, body: body, connection: connection)
             let responder = self.responder
             promise.completeWithTask { await responder(request) }
         }
@@ -193,7 +202,7 @@ private final class RequestHandler: ChannelInboundHandler {
         }
     }
 
-    private static func request(from head: HTTPRequestHead, body: [UInt8]) -> HTTPRequest {
+    private static func request(from head: HTTPRequestHead, body: [UInt8], connection: ClientConnection) -> HTTPRequest {
         let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var query: [String: String] = [:]
         if parts.count == 2 {
@@ -203,7 +212,7 @@ private final class RequestHandler: ChannelInboundHandler {
             }
         }
         return HTTPRequest(method: head.method.rawValue, path: String(parts.first ?? ""), query: query,
-                           headers: head.headers.map { ($0.name, $0.value) }, body: body)
+                           headers: head.headers.map { ($0.name, $0.value) }, body: body, connection: connection)
     }
 
     private static func write(_ response: HTTPResponse, version: HTTPVersion, keepAlive: Bool, context: ChannelHandlerContext) {

@@ -329,7 +329,7 @@ final class ReaderGate: @unchecked Sendable {  // every member is guarded by `co
     /// Waits until fewer than `maximumBuffered` chunks are untaken; false when still
     /// that far behind after `timeout` or when woken.
     func waitForRoom(maximumBuffered: Int, timeout: Duration) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18)
+        let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
         condition.lock()
         defer { condition.unlock() }
         woken = false

@@ -75,7 +75,7 @@ public final class KafkaProducer: Service, Sendable {
         let result = await withTaskCancellationHandler {
             await delivery.wait()
         } onCancel: {
-            delivery.complete(ProducerContext.cancelled)
+            delivery.complete(RDKafkaClient.timedOut)
         }
         guard result == 0 else {
             throw KafkaError(.produce, "delivery to \(topic) failed: \(RDKafkaClient.errorName(result))", code: result)
@@ -174,8 +174,6 @@ final class PendingDelivery: Sendable {
 }
 
 final class ProducerContext: RDKafkaClientContext, RDKafkaDeliveryHandling, @unchecked Sendable {
-    /// The result a cancelled wait reports (librdkafka's `_TIMED_OUT`).
-    static let cancelled: Int32 = -185
 
     let failedDeliveries = Atomic<Int>(0)
     /// Delivery reports served so far: each frees room in the local queue.

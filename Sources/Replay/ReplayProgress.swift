@@ -23,7 +23,6 @@ public final class ReplayProgress: Sendable {
     public let logInterval: Duration
     private let logger: Logger
     private let phase = Mutex<Phase?>(nil)
-    private let ticker = Mutex<Task<Void, Never>?>(nil)
 
     /// Bar on a terminal, log lines otherwise.
     public static func automaticStyle() -> Style {
@@ -36,20 +35,27 @@ public final class ReplayProgress: Sendable {
         self.logger = logger
     }
 
-    public func begin(_ name: String, total: Int, unit: String) {
-        end()
+    /// Runs `body` as one phase: progress is redrawn (bar) or logged (lines) while it runs,
+    /// by a ticker that is a child task of this call, and a last line is shown when it ends.
+    public func phase<Result, Failure: Error>(
+        _ name: String, total: Int, unit: String, _ body: () async throws(Failure) -> Result
+    ) async throws(Failure) -> Result {
         phase.withLock { $0 = Phase(name: name, unit: unit, total: total) }
-        guard style != .silent else { return }
+        defer { end() }
+        guard style != .silent else { return try await body() }
         let interval = style == .bar ? Duration.milliseconds(250) : logInterval
-        ticker.withLock {
-            $0 = Task { [weak self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: interval)
-                    guard !Task.isCancelled, let self else { return }
-                    self.render(final: false)
-                }
+        let outcome: Swift.Result<Result, Failure> = await withTaskGroup(of: Void.self) { ticker in
+            ticker.addTask {
+                while (try? await Task.sleep(for: interval)) != nil { self.render(final: false) }
+            }
+            defer { ticker.cancelAll() }
+            do throws(Failure) {
+                return .success(try await body())
+            } catch {
+                return .failure(error)
             }
         }
+        return try outcome.get()
     }
 
     public func advance(by count: Int = 1) {
@@ -57,8 +63,7 @@ public final class ReplayProgress: Sendable {
     }
 
     /// Ends the current phase with a last line.
-    public func end() {
-        ticker.withLock { $0?.cancel(); $0 = nil }
+    private func end() {
         if phase.withLock({ $0 != nil }), style != .silent { render(final: true) }
         phase.withLock { $0 = nil }
     }

@@ -104,7 +104,6 @@ public final class Replayer: Sendable {
         let started = ContinuousClock.now
         var summary = ReplaySummary()
         summary.dryRun = configuration.dryRun
-        defer { progress.end() }
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
         var checkpoint = try await startingCheckpoint(reader)
         let windows = checkpoint.partitions
@@ -175,9 +174,15 @@ public final class Replayer: Sendable {
 
     private func readWindow(_ windows: [PartitionWindow], reader: KafkaPartitionReader,
                             summary: inout ReplaySummary) async throws -> WindowCoalescer {
+        try await progress.phase("reading", total: summary.recordsInWindow, unit: "records") {
+            try await readRecords(windows, reader: reader, summary: &summary)
+        }
+    }
+
+    private func readRecords(_ windows: [PartitionWindow], reader: KafkaPartitionReader,
+                             summary: inout ReplaySummary) async throws -> WindowCoalescer {
         var coalescer = WindowCoalescer(pastLimit: configuration.pastLimit)
         var remaining = Dictionary(uniqueKeysWithValues: windows.filter { $0.records > 0 }.map { ($0.partition, $0.end) })
-        progress.begin("reading", total: summary.recordsInWindow, unit: "records")
         guard !remaining.isEmpty else { return coalescer }
         let deadLetters = try deadLetterWriter()
         let written = Atomic<Int>(0)
@@ -220,7 +225,6 @@ public final class Replayer: Sendable {
         deadLetters?.finishIntake()
         await lettersWritten
         summary.deadLettered = written.load(ordering: .relaxed)
-        progress.end()
         return coalescer
     }
 
@@ -240,8 +244,13 @@ public final class Replayer: Sendable {
 
     private func send(_ updates: [VehicleLocationUpdate], sender: ReplaySender,
                       checkpoint: inout ReplayCheckpoint) async -> SendLedger.Outcomes {
-        progress.begin("sending", total: updates.count, unit: "vehicles")
-        defer { progress.end() }
+        await progress.phase("sending", total: updates.count, unit: "vehicles") {
+            await sendAll(updates, sender: sender, checkpoint: &checkpoint)
+        }
+    }
+
+    private func sendAll(_ updates: [VehicleLocationUpdate], sender: ReplaySender,
+                         checkpoint: inout ReplayCheckpoint) async -> SendLedger.Outcomes {
         if configuration.force {
             logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
         }
@@ -251,7 +260,7 @@ public final class Replayer: Sendable {
             retryDeadline: configuration.retryDeadline, statistics: statistics, health: health,
             logLimiter: LogLimiter(), logger: logger,
             observeResponse: { outcome in
-                if case .transient(cause: "http_429", _) = outcome, let limiter { Task { await limiter.throttled() } }
+                if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
             })
         let ledger = SendLedger(checkpoint: checkpoint, progress: progress, logger: logger) { [self] in
             try saveCheckpoint($0)

@@ -113,21 +113,6 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         rd_kafka_consumer_close(handle)
     }
 
-    /// Blocking: commits the offsets (each the next offset to consume) and waits for the answer.
-    /// Only for the rebalance callback, where the poll thread must not go on before it is done.
-    func commitSync(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        guard !offsets.isEmpty else { return }
-        let list = RDKafkaTopicPartitionList.make(offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let result = rd_kafka_commit(handle, list, 0)
-        if result != RD_KAFKA_RESP_ERR_NO_ERROR {
-            throw KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(result))", code: result.rawValue)
-        }
-        if let failure = RDKafkaTopicPartitionList.firstError(list) {
-            throw KafkaError(.commit, "commit failed for \(failure)")
-        }
-    }
-
     /// Commits the offsets without blocking any thread: the broker's answer arrives on the
     /// consumer's queue, which the poll loop serves, and resumes the caller. Without an answer
     /// within `timeout` the commit counts as failed (the caller commits again later): a commit
@@ -136,7 +121,7 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         guard !offsets.isEmpty else { return }
         let result: Result<Void, KafkaError> = await withCheckedContinuation { continuation in
             let completion = CommitCompletion(offsets: offsets, continuation: continuation)
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.inSecondsForDispatch) {
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.inSeconds) {
                 completion.complete(RD_KAFKA_RESP_ERR__TIMED_OUT, failure: nil)
             }
             let opaque = Unmanaged.passRetained(completion).toOpaque()
@@ -247,6 +232,7 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
     }
 
     static let queueFull = RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue
+    static let timedOut = RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue
 
     /// Blocking: serves delivery reports and other callbacks for up to `timeoutMilliseconds`.
     func servePoll(timeoutMilliseconds: Int32) {
@@ -421,5 +407,5 @@ private final class CommitCompletion: Sendable {
 }
 
 extension Duration {
-    var inSecondsForDispatch: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -250,21 +250,22 @@ public struct PipelineState<Waiter> {
         case .rejected(let reason, let detail):
             for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
         case .abandoned, .awaitingToken:
-            requeueOwnedFixes(of: request)
+            putBack(request)
         }
         endRequest(request, now: now, &actions)
         return finished(actions)
     }
 
-    /// An abandoned request's fixes whose partitions are still ours go back to the front of the
-    /// vehicle's queue: left out, their records would stay unfinished and hold the commit for
-    /// good. (Shutdown abandons requests too; after it, nothing is queued again.)
-    private mutating func requeueOwnedFixes(of request: CoalescedRequest) {
-        guard !intakeClosed, var lane = lanes[request.update.vehicle] else { return }
-        let owned = (request.carried + [request.newest]).filter { owns($0.source) }
-        guard !owned.isEmpty else { return }
-        lane.queued = owned + lane.queued
+    /// Puts an unsent request's fixes whose partitions are still ours back at the front of the
+    /// vehicle's queue, oldest first: left out, their records would stay unfinished and hold the
+    /// commit for good. False after shutdown began (nothing is queued again) or when the
+    /// vehicle was forgotten.
+    @discardableResult
+    private mutating func putBack(_ request: CoalescedRequest) -> Bool {
+        guard !intakeClosed, var lane = lanes[request.update.vehicle] else { return false }
+        lane.queued = (request.carried + [request.newest]).filter { owns($0.source) } + lane.queued
         lanes[request.update.vehicle] = lane
+        return true
     }
 
     /// No token could be had for the request: its fixes go back to the front of the
@@ -274,11 +275,9 @@ public struct PipelineState<Waiter> {
                                     now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
         let vehicle = request.update.vehicle
-        if !intakeClosed, var lane = lanes[vehicle] {
-            lane.queued = request.carried + [request.newest] + lane.queued
-            lane.tokenAttempts = request.tokenAttempts + 1
-            lane.awaitingTokenSince = request.awaitingTokenSince ?? now
-            lanes[vehicle] = lane
+        if putBack(request) {
+            lanes[vehicle]!.tokenAttempts = request.tokenAttempts + 1
+            lanes[vehicle]!.awaitingTokenSince = request.awaitingTokenSince ?? now
             deferVehicle(vehicle, until: now + delay, &actions)
         }
         endRequest(request, now: now, &actions)
