@@ -10,8 +10,9 @@ public protocol EmulatedService: AnyObject, Sendable {
 /// Serves several emulated services on one port: the Fleet Engine emulator, the
 /// token service and Google's auth endpoints own disjoint paths.
 public enum EmulatorHost {
-    public static func start(_ services: [any EmulatedService], host: String = "127.0.0.1", port: Int = 0) async throws -> HTTPServer {
-        try await HTTPServer.start(host: host, port: port) { request in
+    public static func start(_ services: [any EmulatedService], host: String = "127.0.0.1", port: Int = 0,
+                             options: HTTPServer.Options = .init()) async throws -> HTTPServer {
+        try await HTTPServer.start(host: host, port: port, options: options) { request in
             for service in services {
                 if let response = await service.respond(to: request) { return response }
             }

@@ -120,8 +120,8 @@ public final class FleetEngineEmulator: EmulatedService {
 
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
     @discardableResult
-    public func start(host: String = "127.0.0.1", port: Int = 0) async throws -> String {
-        let server = try await EmulatorHost.start([self], host: host, port: port)
+    public func start(host: String = "127.0.0.1", port: Int = 0, options: HTTPServer.Options = .init()) async throws -> String {
+        let server = try await EmulatorHost.start([self], host: host, port: port, options: options)
         self.server.withLock { $0 = server }
         return server.baseURL
     }
@@ -158,6 +158,9 @@ public final class FleetEngineEmulator: EmulatedService {
     }
 
     public var baseURL: String? { server.withLock { $0?.baseURL } }
+
+    /// What the server saw at the connection layer (connections, HTTP/2 streams, GOAWAYs, resets).
+    public var transportStatistics: HTTPServerStatistics.Counts? { server.withLock { $0?.statistics.current } }
 
     public func shutdown() async {
         let server = self.server.withLock { server in

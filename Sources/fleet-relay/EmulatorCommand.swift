@@ -53,6 +53,26 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("reject-vehicle"), help: "A vehicle id answered 404 (repeatable).")
     var rejectedVehicles: [String] = []
 
+    @Option(help: "Serve HTTPS (HTTP/2 and HTTP/1.1 through ALPN) with this PEM certificate chain; needs --tls-key.")
+    var tlsCert: String?
+
+    @Option(help: "PEM private key of --tls-cert.")
+    var tlsKey: String?
+
+    @Option(help: ArgumentHelp(
+        "Serve HTTPS with a new throwaway CA and server certificate written to DIR (ca.pem, server.pem, server-key.pem); give the relay --ca-file DIR/ca.pem.",
+        valueName: "DIR"))
+    var generateTls: String?
+
+    @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS advertised per connection.")
+    var maxConcurrentStreams = 100
+
+    @Option(help: "HTTP/2: send GOAWAY after every N requests of a connection, then close it once its streams finished.")
+    var goawayEvery: Int?
+
+    @Option(help: "HTTP/2: share (0–1) of requests reset with RST_STREAM instead of answered.")
+    var resetRate = 0.0
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -61,6 +81,14 @@ struct EmulatorCommand: AsyncParsableCommand {
         }
         guard latencyMs >= 0, downAfter >= 0, (downFor ?? 0) >= 0 else {
             throw ValidationError("--latency-ms, --down-after and --down-for must not be negative")
+        }
+        guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
+        guard tlsCert == nil || generateTls == nil else {
+            throw ValidationError("give --tls-cert/--tls-key or --generate-tls, not both")
+        }
+        guard (0...1).contains(resetRate) else { throw ValidationError("--reset-rate must be from 0 to 1") }
+        guard maxConcurrentStreams >= 1, (goawayEvery ?? 1) >= 1 else {
+            throw ValidationError("--max-concurrent-streams and --goaway-every must be at least 1")
         }
     }
 
@@ -78,17 +106,22 @@ struct EmulatorCommand: AsyncParsableCommand {
                                            requireExistingVehicles: requireExistingVehicles, recordsHistory: recordHistory)
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
                                    rejectedVehicles: Set(rejectedVehicles))
+        let options = HTTPServer.Options(
+            tls: try serverTLS(logger: logger),
+            http2: .init(maximumConcurrentStreams: maxConcurrentStreams, goAwayEveryRequests: goawayEvery, resetShare: resetRate))
         let server: HTTPServer
         do {
             server = try await EmulatorHost.start(
-                [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key)], host: host, port: port)
+                [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key)], host: host, port: port,
+                options: options)
         } catch {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }
         let url = server.baseURL
         logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
         let standIns = "token service \(url)\(TokenServiceEmulator.path), IAM signJwt \(url), "
-            + "metadata server GCE_METADATA_HOST=\(url.dropFirst("http://".count))"
+            + (server.isSecure ? "no metadata server (it is plain HTTP: serve without TLS for it)"
+                : "metadata server GCE_METADATA_HOST=\(url.dropFirst("http://".count))")
         logger.info("Signer stand-ins: \(standIns), signing as \(key.clientEmail)")
         let outage = downFor.map { downFor in
             Task {
@@ -104,6 +137,21 @@ struct EmulatorCommand: AsyncParsableCommand {
         let statistics = emulator.statistics
         logger.info("Emulator stopped after \(statistics.requests) requests; \(emulator.vehicles.count) vehicles held")
         await server.shutdown()
+    }
+
+    /// The certificate to serve, if any; problems stop startup with one line (exit 78).
+    private func serverTLS(logger: Logger) throws -> ServerTLS? {
+        do {
+            if let generateTls {
+                let tls = try ThrowawayTLS.generate(in: generateTls, hosts: [host])
+                logger.info("Throwaway TLS certificate in \(generateTls); trust it with --ca-file \(tls.caFile)")
+                return try tls.serverTLS()
+            }
+            if let tlsCert, let tlsKey { return try ServerTLS.load(certificateFile: tlsCert, keyFile: tlsKey) }
+            return nil
+        } catch {
+            throw StartupError("\(error)")
+        }
     }
 
     static func writeThrowawayKey(to path: String, projectId: String = "fleet-relay-local") throws {
