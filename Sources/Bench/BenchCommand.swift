@@ -56,6 +56,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Stop after this scenario: ceilings, drain, warm or steady (default: all).")
     var until: Stage = .steady
 
+    @Option(name: .customLong("transport"),
+            help: "How the relay reaches the emulator: https (HTTPS, HTTP/2 negotiated) and plain (HTTP/1.1) (repeatable; default both). The drain and warm steady state run once per transport; the overload runs on the first.")
+    var transports: [Transport] = [.https, .plain]
+
+    /// HTTPS's relay CPU per request at most this many times plain HTTP/1.1's.
+    static let httpsOverheadCeiling = 1.5
+
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
         case ceilings, drain, warm, steady
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
@@ -75,34 +82,53 @@ struct BenchCommand: AsyncParsableCommand {
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         say("fleet-relay bench: logs and scratch files in \(workDirectory)")
+        let transports = transports.reduce(into: [Transport]()) { if !$0.contains($1) { $0.append($1) } }
         let environment = try await BenchEnvironment.start(relayBinary: relayBinary, emulatorBinary: emulatorBinary ?? relayBinary,
-                                                          relayArguments: relayArguments, workDirectory: workDirectory, logger: logger)
-        let scenarios = Scenarios(environment: environment, partitions: partitions)
+                                                          relayArguments: relayArguments, transports: transports,
+                                                          workDirectory: workDirectory, logger: logger)
+        let runs = transports.map { Scenarios(environment: environment, partitions: partitions, transport: $0,
+                                              namesTransport: transports.count > 1) }
         var report = Report()
         let started = ContinuousClock.now
         do {
             say("backlog: producing \(drainVehicles * drainFixesPerVehicle) events for \(drainVehicles) vehicles on \(partitions) partitions")
-            let backlog = try await scenarios.produceBacklog(topic: "bench-drain", vehicles: drainVehicles,
-                                                             fixesPerVehicle: drainFixesPerVehicle)
+            let backlog = try await runs[0].produceBacklog(topic: "bench-drain", vehicles: drainVehicles,
+                                                           fixesPerVehicle: drainFixesPerVehicle)
             say("1. ceilings")
-            let consume = try await scenarios.consumeCeiling(topic: backlog.topic, events: backlog.events, report: &report)
-            let requests = try await scenarios.emulatorCeiling(requests: ceilingRequests, vehicles: 500, report: &report)
+            let consume = try await runs[0].consumeCeiling(topic: backlog.topic, events: backlog.events, report: &report)
+            var requestCeilings: [Double] = []
+            for run in runs {
+                requestCeilings.append(try await run.emulatorCeiling(requests: ceilingRequests, vehicles: 500, report: &report))
+            }
+            var drainCPU: [Transport: Double] = [:]
+            var warmCPU: [Transport: Double] = [:]
             if until >= .drain {
-                say("2. backlog drain")
-                try await scenarios.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: requests, report: &report)
+                for (run, ceiling) in zip(runs, requestCeilings) {
+                    say("2. backlog drain over \(run.transport.title)")
+                    drainCPU[run.transport] = try await run.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: ceiling,
+                                                                          report: &report)
+                }
             }
             if until >= .warm {
-                say("3. warm steady state: \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
-                let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
-                                                rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit)
-                try await scenarios.steadyState(plan, consumeCeiling: consume, requestCeiling: requests, report: &report)
+                for (run, ceiling) in zip(runs, requestCeilings) {
+                    say("3. warm steady state over \(run.transport.title): \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
+                    let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
+                                                    rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit)
+                    warmCPU[run.transport] = try await run.steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
+                                                                        report: &report)
+                }
+            }
+            for (scenario, cpu) in [("backlog drain", drainCPU), ("warm steady state", warmCPU)] {
+                guard let https = cpu[.https], let plain = cpu[.plain] else { continue }
+                report.add("HTTPS overhead", "\(scenario): relay CPU per request, HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
+                           "×", ratio: https / plain / Self.httpsOverheadCeiling, of: "the \(Self.httpsOverheadCeiling)× ceiling")
             }
             if until >= .steady {
-                say("4. overload: \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
+                say("4. overload over \(runs[0].transport.title): \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
                 let plan = Scenarios.SteadyPlan(section: "overload steady state", topic: "bench-steady", vehicles: steadyVehicles,
                                                 rate: steadyRate, seconds: steadySeconds, warmupLimit: warmupLimit,
                                                 reportsTokens: true)
-                try await scenarios.steadyState(plan, consumeCeiling: consume, requestCeiling: requests, report: &report)
+                try await runs[0].steadyState(plan, consumeCeiling: consume, requestCeiling: requestCeilings[0], report: &report)
             }
         } catch {
             await environment.shutdown()
@@ -115,6 +141,7 @@ struct BenchCommand: AsyncParsableCommand {
         let json = report.json(environment: [
             "date": ISO8601DateFormatter().string(from: Date()), "cores": String(ProcessInfo.processInfo.activeProcessorCount),
             "partitions": String(partitions), "relay_binary": relayBinary, "wall_seconds": String(Int(wall)),
+            "transports": transports.map(\.rawValue).joined(separator: ","),
         ])
         try FileManager.default.createDirectory(atPath: (output as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try Data(json.utf8).write(to: URL(fileURLWithPath: output))

@@ -1,11 +1,31 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Egress
 import FleetAuth
 import FleetSimulator
 import Foundation
 import Kafka
 import Logging
 
-/// What every scenario shares: the mock cluster (in this process), the emulator
-/// (its own process), a key, and how to start the relay as its own process.
+/// How the relay reaches the emulator in a scenario: the production path, or plain
+/// HTTP/1.1 on loopback for comparison.
+enum Transport: String, CaseIterable, ExpressibleByArgument {
+    case https
+    case plain
+
+    var title: String { self == .https ? "HTTPS + HTTP/2" : "plain HTTP/1.1" }
+}
+
+/// One emulator process serving one transport, and probes that reach it.
+struct EmulatorEndpoint {
+    let transport: Transport
+    let process: ChildProcess
+    let url: String
+    let probes: Probes
+}
+
+/// What every scenario shares: the mock cluster (in this process), the emulators
+/// (a process per transport), a key, and how to start the relay as its own process.
 struct BenchEnvironment {
     let relayBinary: String
     let relayArguments: [String]
@@ -14,13 +34,15 @@ struct BenchEnvironment {
     let kafka: KafkaConfiguration
     let keyFile: String
     let key: ServiceAccountKey
-    let emulator: ChildProcess
-    let emulatorURL: String
-    let probes: Probes
+    let emulators: [EmulatorEndpoint]
+    /// The throwaway CA the HTTPS emulator's certificate chains to.
+    let caFile: String
+    let egress: Egress
+    let http: HTTPClient
     let logger: Logger
 
-    static func start(relayBinary: String, emulatorBinary: String, relayArguments: [String], workDirectory: String,
-                      logger: Logger) async throws -> BenchEnvironment {
+    static func start(relayBinary: String, emulatorBinary: String, relayArguments: [String], transports: [Transport],
+                      workDirectory: String, logger: Logger) async throws -> BenchEnvironment {
         let cluster = try KafkaMockCluster(brokers: 1, logger: logger)
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
         let keyFile = workDirectory + "/bench-sa.json"
@@ -29,31 +51,54 @@ struct BenchEnvironment {
             FileManager.default.createFile(atPath: keyFile, contents: Data(json.utf8), attributes: [.posixPermissions: 0o600])
         else { throw BenchError("cannot write a key file in \(workDirectory)") }
         let key = try ServiceAccountKey.parse(Array(json.utf8), source: keyFile)
-        let port = 18_000 + Int.random(in: 0..<2000)
-        let emulator = try ChildProcess(
-            name: "emulator", executable: emulatorBinary,
-            arguments: ["emulator", "--key-file", keyFile, "--port", String(port), "--record-history", "--log-level", "warning"],
-            logPath: workDirectory + "/emulator.log")
-        let emulatorURL = "http://127.0.0.1:\(port)"
-        let probes = Probes(emulatorURL: emulatorURL, kafka: kafka, logger: logger)
-        guard await waitUntil(timeout: .seconds(30), { await probes.get(emulatorURL + "/_emulator/statistics") != nil }) else {
-            throw BenchError("the emulator did not start (see \(workDirectory)/emulator.log)")
+        let tlsDirectory = workDirectory + "/tls"
+        let caFile = tlsDirectory + "/ca.pem"
+        var processes: [(Transport, ChildProcess, String)] = []
+        for transport in transports {
+            let port = 18_000 + Int.random(in: 0..<2000)
+            let tlsArguments = transport == .https ? ["--generate-tls", tlsDirectory] : []
+            let process = try ChildProcess(
+                name: "emulator-\(transport.rawValue)", executable: emulatorBinary,
+                arguments: ["emulator", "--key-file", keyFile, "--port", String(port), "--record-history", "--log-level", "warning"]
+                    + tlsArguments,
+                logPath: workDirectory + "/emulator-\(transport.rawValue).log")
+            processes.append((transport, process, "\(transport == .https ? "https" : "http")://127.0.0.1:\(port)"))
+            if transport == .https {
+                _ = await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: tlsDirectory + "/server-key.pem") }
+            }
         }
-        return BenchEnvironment(relayBinary: relayBinary, relayArguments: relayArguments, workDirectory: workDirectory, cluster: cluster, kafka: kafka,
-                                keyFile: keyFile, key: key, emulator: emulator, emulatorURL: emulatorURL, probes: probes,
-                                logger: logger)
+        let egress = try Egress.load(caFiles: transports.contains(.https) ? [caFile] : [])
+        let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: egress.clientConfiguration(for: "https://127.0.0.1"))
+        var emulators: [EmulatorEndpoint] = []
+        for (transport, process, url) in processes {
+            let probes = Probes(emulatorURL: url, kafka: kafka, http: http, logger: logger)
+            guard await waitUntil(timeout: .seconds(30), { await probes.get(url + "/_emulator/statistics") != nil }) else {
+                throw BenchError("the \(transport.title) emulator did not start (see \(workDirectory)/emulator-\(transport.rawValue).log)")
+            }
+            emulators.append(EmulatorEndpoint(transport: transport, process: process, url: url, probes: probes))
+        }
+        return BenchEnvironment(relayBinary: relayBinary, relayArguments: relayArguments, workDirectory: workDirectory,
+                                cluster: cluster, kafka: kafka, keyFile: keyFile, key: key, emulators: emulators, caFile: caFile,
+                                egress: egress, http: http, logger: logger)
+    }
+
+    func emulator(_ transport: Transport) -> EmulatorEndpoint {
+        emulators.first { $0.transport == transport }!
     }
 
     /// Starts `fleet-relay run` on `topic` and waits until its consumer joined the group.
-    func startRelay(topic: String, group: String) async throws -> (relay: ChildProcess, metricsPort: Int, startup: Duration) {
+    func startRelay(topic: String, group: String, transport: Transport) async throws
+        -> (relay: ChildProcess, metricsPort: Int, startup: Duration) {
         let metricsPort = 20_000 + Int.random(in: 0..<5000)
         let started = ContinuousClock.now
+        let endpoint = emulator(transport)
+        let transportArguments = transport == .https ? ["--ca-file", caFile] : []
         let relay = try ChildProcess(name: "relay", executable: relayBinary, arguments: [
             "run", "--brokers", cluster.bootstrapServers, "--topic", topic, "--group", group, "--key-file", keyFile,
-            "--fleet-engine-url", emulatorURL, "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1",
+            "--fleet-engine-url", endpoint.url, "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1",
             "--log-level", "warning",
-        ] + relayArguments, logPath: "\(workDirectory)/relay-\(group).log")
-        guard await waitUntil(timeout: .seconds(60), { await probes.isReady(metricsPort: metricsPort) }) else {
+        ] + transportArguments + relayArguments, logPath: "\(workDirectory)/relay-\(group).log")
+        guard await waitUntil(timeout: .seconds(60), { await endpoint.probes.isReady(metricsPort: metricsPort) }) else {
             _ = await relay.stop()
             throw BenchError("the relay did not become ready (see \(workDirectory)/relay-\(group).log)")
         }
@@ -75,7 +120,8 @@ struct BenchEnvironment {
     }
 
     func shutdown() async {
-        _ = await emulator.stop()
+        for emulator in emulators { _ = await emulator.process.stop() }
+        try? await http.shutdown()
     }
 }
 

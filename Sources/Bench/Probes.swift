@@ -11,19 +11,22 @@ import Synchronization
 struct Probes {
     let emulatorURL: String
     let kafka: KafkaConfiguration
+    /// Trusts the HTTPS emulator's throwaway CA.
+    let http: HTTPClient
     let logger: Logger
     /// One Kafka client per group, reused: lag is polled every second or so.
     private let inspectors = Inspectors()
 
-    init(emulatorURL: String, kafka: KafkaConfiguration, logger: Logger) {
+    init(emulatorURL: String, kafka: KafkaConfiguration, http: HTTPClient, logger: Logger) {
         self.emulatorURL = emulatorURL
         self.kafka = kafka
+        self.http = http
         self.logger = logger
     }
 
     func get(_ url: String) async -> (status: Int, body: String)? {
         do {
-            let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
+            let response = try await http.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
             let body = try await response.body.collect(upTo: 16 << 20)
             return (Int(response.status.code), String(buffer: body))
         } catch {
@@ -34,7 +37,7 @@ struct Probes {
     func post(_ url: String) async {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
-        _ = try? await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        _ = try? await http.execute(request, timeout: .seconds(10))
     }
 
     /// The emulator's `/_emulator/statistics`.

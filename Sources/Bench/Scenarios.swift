@@ -1,3 +1,4 @@
+import Egress
 import FleetAuth
 import FleetEngine
 import FleetSimulator
@@ -10,7 +11,13 @@ import Synchronization
 struct Scenarios {
     let environment: BenchEnvironment
     let partitions: Int
-    var probes: Probes { environment.probes }
+    /// How the relay reaches the emulator in the scenarios run through this value.
+    var transport: Transport
+    var probes: Probes { environment.emulator(transport).probes }
+    /// Sections are named with their transport when the run compares several.
+    var namesTransport: Bool
+
+    func section(_ name: String) -> String { namesTransport ? "\(name) (\(transport.title))" : name }
 
     // MARK: 1. Ceilings
 
@@ -31,19 +38,20 @@ struct Scenarios {
         return rate
     }
 
-    /// Update requests per second the emulator answers with pre-minted tokens and 64 connections.
+    /// Update requests per second the emulator answers with pre-minted tokens and 64 requests in flight.
     func emulatorCeiling(requests: Int, vehicles: Int, report: inout Report) async throws -> Double {
+        let emulator = environment.emulator(transport)
         let signer = LocalKeySigner(key: environment.key)
         var tokens: [(VehicleIdentity, String)] = []
         for index in 0..<vehicles {
             let vehicle = VehicleIdentity(kind: .vehicle, id: "ceiling-\(index)")
             tokens.append((vehicle, try await signer.mint(for: vehicle).token))
         }
-        let client = FleetEngineClient(configuration: .init(baseURL: environment.emulatorURL, provider: environment.key.projectId,
-                                                            maximumConnections: 64))
+        let client = FleetEngineClient(configuration: .init(baseURL: emulator.url, provider: environment.key.projectId,
+                                                            maximumInFlight: 64, egress: environment.egress))
         let base: Int64 = 1_600_000_000_000  // 2020: older than every scenario's fixes
         let minted = tokens
-        let emulatorCPU = environment.emulator.cpuSeconds
+        let emulatorCPU = emulator.process.cpuSeconds
         let started = ContinuousClock.now
         let accepted = await withTaskGroup(of: Int.self) { group in
             for worker in 0..<64 {
@@ -64,8 +72,8 @@ struct Scenarios {
         await client.shutdown()
         guard accepted == requests else { throw BenchError("the emulator accepted \(accepted) of \(requests) requests") }
         let rate = Double(requests) / elapsed
-        report.add("ceiling", "emulator update requests (pre-minted tokens)", rate, "requests/s")
-        report.add("ceiling", "emulator CPU per request", (environment.emulator.cpuSeconds - emulatorCPU) / Double(requests) * 1e6, "µs")
+        report.add("ceiling", section("emulator update requests (pre-minted tokens)"), rate, "requests/s")
+        report.add("ceiling", section("emulator CPU per request"), (emulator.process.cpuSeconds - emulatorCPU) / Double(requests) * 1e6, "µs")
         return rate
     }
 
@@ -101,9 +109,13 @@ struct Scenarios {
                        newestAfter: base + Int64(fixesPerVehicle - 1) * 5000 - 1)
     }
 
-    func backlogDrain(_ backlog: Backlog, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws {
+    /// Returns the relay's CPU per Fleet Engine request in µs.
+    @discardableResult
+    func backlogDrain(_ backlog: Backlog, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
+        let group = "bench-drain-\(transport.rawValue)"
         let before = await probes.emulator()
-        let (relay, metricsPort, startup) = try await environment.startRelay(topic: backlog.topic, group: "bench-drain")
+        let (relay, metricsPort, startup) = try await environment.startRelay(topic: backlog.topic, group: group,
+                                                                             transport: transport)
         let started = ContinuousClock.now
         let cpuAtStart = relay.cpuSeconds
         let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
@@ -111,7 +123,7 @@ struct Scenarios {
             await probes.emulator(newerThan: backlog.newestAfter)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
         }
         let committed = try await waitUntil(timeout: .seconds(120)) {
-            try await probes.lag(topic: backlog.topic, partitions: partitions, group: "bench-drain") == 0
+            try await probes.lag(topic: backlog.topic, partitions: partitions, group: group) == 0
         }
         let elapsed = (ContinuousClock.now - started).seconds
         let cpu = relay.cpuSeconds - cpuAtStart
@@ -129,7 +141,8 @@ struct Scenarios {
         let requests = delta(after, before, "update_requests")
         let lost = Double(backlog.events) - delta(after, before, "distinct_fixes_received") - unsent
         let eventRate = Double(backlog.events) / elapsed
-        let section = "backlog drain"
+        let section = section("backlog drain")
+        let cpuPerRequest = cpu / max(relayRequests, 1) * 1e6
         report.add(section, "relay start until the group is joined", startup.seconds, "s")
         report.add(section, "drain time (joined → newest fixes held, offsets committed)", elapsed, "s")
         report.add(section, "events/s", eventRate, "events/s", ratio: eventRate / consumeCeiling, of: "bare consumer")
@@ -137,11 +150,12 @@ struct Scenarios {
                    of: "emulator ceiling")
         report.add(section, "coalescing (events per request)", Double(backlog.events) / requests, "events/request")
         report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
-        report.add(section, "relay CPU per Fleet Engine request", cpu / max(relayRequests, 1) * 1e6, "µs")
+        report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "tokens minted", minted, "tokens", ratio: minted / Double(backlog.vehicles), of: "vehicles")
         report.add(section, "events not sent for a counted reason (past the pastLocations cap, stale)", unsent, "events")
         report.add(section, "events lost", lost, "events")
+        return cpuPerRequest
     }
 
     // MARK: 3, 4 and 5. Steady states, and tokens
@@ -159,12 +173,15 @@ struct Scenarios {
         var reportsTokens = false
     }
 
-    func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws {
-        let (topic, group, section, vehicles, rate, seconds, warmupLimit) =
-            (plan.topic, plan.topic, plan.section, plan.vehicles, plan.rate, plan.seconds, plan.warmupLimit)
+    /// Returns the relay's CPU per Fleet Engine request in µs.
+    @discardableResult
+    func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
+        let topic = plan.topic + "-" + transport.rawValue
+        let (group, section, vehicles, rate, seconds, warmupLimit) =
+            (topic, section(plan.section), plan.vehicles, plan.rate, plan.seconds, plan.warmupLimit)
         try environment.createTopic(topic, partitions: partitions)
         let before = await probes.emulator()
-        let (relay, metricsPort, _) = try await environment.startRelay(topic: topic, group: group)
+        let (relay, metricsPort, _) = try await environment.startRelay(topic: topic, group: group, transport: transport)
 
         // Cold start: one fix per vehicle, each needing its first token. Measured on its
         // own: under full load the mock cluster's small retention would drop the backlog.
@@ -232,7 +249,8 @@ struct Scenarios {
         report.add(section, "consumer lag at start of measurement", Double(lagAtStart), "events")
         report.add(section, "consumer lag at end", Double(lagAtEnd), "events")
         report.add(section, "relay CPU share", cpu / elapsed, "cores", ratio: cpu / elapsed / 2, of: "the machine's 2 cores")
-        report.add(section, "relay CPU per Fleet Engine request", cpu / max(relayRequests, 1) * 1e6, "µs")
+        let cpuPerRequest = cpu / max(relayRequests, 1) * 1e6
+        report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
         report.add(section, "events per update request", produced / max(requestRate * elapsed, 1), "events/request")
         report.add(section, "relay RSS at end", rss, "MB")
         report.add(section, "relay peak RSS", peak, "MB")
@@ -245,6 +263,7 @@ struct Scenarios {
             report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
             report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
         }
+        return cpuPerRequest
     }
 
     private func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
