@@ -45,10 +45,18 @@ let package = Package(
             name: "FleetAuth",
             dependencies: ["CRSAShim", "JSON"]
         ),
+        // How HTTPS clients leave the process: trust anchors, proxy, HTTP version.
+        .target(
+            name: "Egress",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
         .target(
             name: "FleetEngine",
             dependencies: [
-                "JSON", "FleetAuth",
+                "JSON", "FleetAuth", "Egress",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -56,7 +64,7 @@ let package = Package(
         // Signers that mint through a service: the operator's token service, IAM signJwt.
         .target(
             name: "RemoteSigners",
-            dependencies: ["FleetAuth", "JSON", .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["FleetAuth", "JSON", "Egress", .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
         .target(
             name: "HTTPServing",
@@ -108,7 +116,7 @@ let package = Package(
             name: "fleet-relay",
             dependencies: [
                 "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
-                "FleetSimulator", "OpsServer", "JSON",
+                "FleetSimulator", "OpsServer", "JSON", "Egress", "HTTPServing",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -120,7 +128,7 @@ let package = Package(
         .executableTarget(
             name: "Bench",
             dependencies: [
-                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON",
+                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
@@ -134,14 +142,16 @@ let package = Package(
         .testTarget(name: "FleetAuthTests", dependencies: ["FleetAuth", "JSON"]),
         .testTarget(
             name: "RemoteSignersTests",
-            dependencies: ["RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON"]
+            dependencies: ["RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON", "Egress"]
         ),
         .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
         .testTarget(
             name: "RelayTests",
             dependencies: [
                 "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
-                "JSON", "OpsServer",
+                "JSON", "OpsServer", "Egress", "HTTPServing",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             resources: [.copy("Fixtures")]

@@ -1,12 +1,21 @@
 import AsyncHTTPClient
+import Egress
 import FleetAuth
 import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
-/// Fleet Engine's REST API for location updates over a pooled keep-alive
-/// HTTP client. Tokens are attached per request, never per connection.
+/// Fleet Engine's REST API for location updates over HTTPS (HTTP/2 where negotiated).
+/// Tokens are attached per request, never per connection.
+///
+/// One HTTP/2 connection carries at most the server's stream limit (Fleet Engine's
+/// front ends advertise 100) and AsyncHTTPClient queues anything beyond it behind that
+/// one connection. So the client keeps `ceil(maximumInFlight / streamsPerConnection)`
+/// HTTP clients, each with its own connection, and sends each request on the one with
+/// the fewest requests under way. Over HTTP/1.1 the same clients pool up to
+/// `maximumInFlight` connections between them.
 ///
 /// Threading: all methods may be called concurrently; the caller bounds concurrency.
 public final class FleetEngineClient: Sendable {
@@ -15,17 +24,27 @@ public final class FleetEngineClient: Sendable {
         public var provider: String
         public var locationMode: LocationMode
         public var requestTimeout: Duration
-        /// Connections kept per host; matches the relay's in-flight limit.
-        public var maximumConnections: Int
+        /// Requests the caller has under way at most (the relay's in-flight limit).
+        public var maximumInFlight: Int
+        /// HTTP/2 streams one connection is given at most; the server's advertised limit.
+        public var streamsPerConnection: Int
+        public var egress: Egress
 
         public init(baseURL: String = "https://fleetengine.googleapis.com", provider: String,
                     locationMode: LocationMode = .supplemental, requestTimeout: Duration = .seconds(15),
-                    maximumConnections: Int = 64) {
+                    maximumInFlight: Int = 64, streamsPerConnection: Int = 100, egress: Egress = .standard) {
             self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
             self.provider = provider
             self.locationMode = locationMode
             self.requestTimeout = requestTimeout
-            self.maximumConnections = maximumConnections
+            self.maximumInFlight = maximumInFlight
+            self.streamsPerConnection = streamsPerConnection
+            self.egress = egress
+        }
+
+        /// HTTP clients (so HTTP/2 connections) the in-flight limit needs.
+        public var connectionCount: Int {
+            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection))
         }
     }
 
@@ -36,28 +55,45 @@ public final class FleetEngineClient: Sendable {
         public let message: String
     }
 
+    /// A vehicle as Fleet Engine holds it, or why it could not be read.
+    public struct VehicleFetch: Sendable {
+        public let status: Int
+        public let body: String
+        /// For status 0: `tls`, `timeout`, `connection`, `proxy` or `http_version`, and the detail.
+        public let failure: (cause: String, message: String)?
+    }
+
     public let configuration: Configuration
-    private let http: HTTPClient
+    private let clients: [HTTPClient]
+    private let requestsUnderWay: Mutex<[Int]>
 
     public init(configuration: Configuration) {
         self.configuration = configuration
-        var httpConfiguration = HTTPClient.Configuration()
-        httpConfiguration.connectionPool = .init(
+        var base = HTTPClient.Configuration()
+        let connectionCount = configuration.connectionCount
+        base.connectionPool = .init(
             idleTimeout: .seconds(60),
-            concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.maximumConnections)
-        httpConfiguration.timeout = .init(connect: .seconds(10))
-        httpConfiguration.decompression = .enabled(limit: .ratio(20))
+            concurrentHTTP1ConnectionsPerHostSoftLimit: (configuration.maximumInFlight + connectionCount - 1) / connectionCount)
+        // A connection that cannot be made fails its requests at once: the relay retries them with
+        // its own backoff, and a TLS or proxy refusal is reported when it happens, not after the timeout.
+        base.connectionPool.retryConnectionEstablishment = false
+        base.timeout = .init(connect: .seconds(10))
+        base.decompression = .enabled(limit: .ratio(20))
         // No tracing backend is bootstrapped; without this every request still builds a
         // no-op span and its attributes (a few percent of the relay's CPU per request).
-        httpConfiguration.tracing.tracer = nil
-        self.http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfiguration)
+        base.tracing.tracer = nil
+        let httpConfiguration = configuration.egress.clientConfiguration(for: configuration.baseURL, base: base)
+        self.clients = (0..<connectionCount).map { _ in
+            HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfiguration)
+        }
+        self.requestsUnderWay = Mutex(Array(repeating: 0, count: connectionCount))
     }
 
     public func shutdown() async {
-        try? await http.shutdown()
+        for client in clients { try? await client.shutdown() }
     }
 
-    /// Sends one update. Transport failures (refused, reset, timeout) come back as a transient outcome.
+    /// Sends one update. Transport failures (refused, reset, timeout, TLS) come back as a transient outcome.
     public func send(_ update: VehicleLocationUpdate, token: String) async -> Response {
         let request = FleetEngineRequest(update: update, provider: configuration.provider, mode: configuration.locationMode)
         return await send(request, token: token)
@@ -69,36 +105,63 @@ public final class FleetEngineClient: Sendable {
         httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
         httpRequest.headers.add(name: "Content-Type", value: "application/json")
         httpRequest.body = .bytes(ByteBuffer(bytes: request.bodyBytes))
-        return await execute(httpRequest)
+        switch await execute(httpRequest) {
+        case .success(let (status, headers, body)):
+            let retryAfter = RetryAfter.seconds(from: headers.first(name: "Retry-After"))
+            let outcome = FleetEngineOutcome.classify(status: status, retryAfterSeconds: retryAfter)
+            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : Self.errorMessage(body))
+        case .failure(let failure):
+            return Response(status: 0, outcome: .transient(cause: failure.cause, retryAfterSeconds: nil), message: failure.message)
+        }
     }
 
     /// `GET` of a vehicle as Fleet Engine holds it (status and raw JSON body).
-    public func fetchVehicle(_ vehicle: VehicleIdentity, token: String) async -> (status: Int, body: String) {
+    public func fetchVehicle(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
         var httpRequest = HTTPClientRequest(
             url: configuration.baseURL + FleetEngineRequest.vehiclePath(provider: configuration.provider, vehicle: vehicle))
         httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
-        do {
-            let response = try await http.execute(httpRequest, timeout: .init(configuration.requestTimeout))
-            let body = try await response.body.collect(upTo: 1 << 20)
-            return (Int(response.status.code), String(buffer: body))
-        } catch {
-            return (0, "\(error)")
+        switch await execute(httpRequest) {
+        case .success(let (status, _, body)): return VehicleFetch(status: status, body: String(buffer: body), failure: nil)
+        case .failure(let failure): return VehicleFetch(status: 0, body: "", failure: (failure.cause, failure.message))
         }
     }
 
-    private func execute(_ request: HTTPClientRequest) async -> Response {
+    private struct Failure: Error {
+        let cause: String
+        let message: String
+    }
+
+    private func execute(_ request: HTTPClientRequest) async -> Result<(Int, HTTPHeaders, ByteBuffer), Failure> {
+        let index = takeLeastBusyClient()
+        defer { release(index) }
         do {
-            let response = try await http.execute(request, timeout: .init(configuration.requestTimeout))
-            let status = Int(response.status.code)
+            let response = try await clients[index].execute(request, timeout: .init(configuration.requestTimeout))
             let body = try await response.body.collect(upTo: 1 << 20)
-            let retryAfter = RetryAfter.seconds(from: response.headers.first(name: "Retry-After"))
-            let outcome = FleetEngineOutcome.classify(status: status, retryAfterSeconds: retryAfter)
-            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : Self.errorMessage(body))
+            if configuration.egress.httpVersion == .http2, response.version.major != 2 {
+                return .failure(Failure(cause: "http_version", message: "Fleet Engine answered over HTTP/\(response.version.major)."
+                    + "\(response.version.minor), but --http-version 2 requires HTTP/2"))
+            }
+            return .success((Int(response.status.code), response.headers, body))
         } catch {
-            let cause = (error as? HTTPClientError) == .deadlineExceeded ? "timeout" : "connection"
-            return Response(status: 0, outcome: .transient(cause: cause, retryAfterSeconds: nil),
-                            message: "request failed: \(error)")
+            let (cause, message) = TransportFailure.describe(error)
+            return .failure(Failure(cause: cause, message: "request failed: \(message)"))
         }
+    }
+
+    /// The client with the fewest requests under way: no client ever holds more than
+    /// `ceil(maximumInFlight / clients)`, so none queues behind its stream limit.
+    private func takeLeastBusyClient() -> Int {
+        guard clients.count > 1 else { return 0 }
+        return requestsUnderWay.withLock { counts in
+            let index = counts.indices.min { counts[$0] < counts[$1] }!
+            counts[index] += 1
+            return index
+        }
+    }
+
+    private func release(_ index: Int) {
+        guard clients.count > 1 else { return }
+        requestsUnderWay.withLock { $0[index] -= 1 }
     }
 
     /// `error.message` from a Google API error body, else the body's start.

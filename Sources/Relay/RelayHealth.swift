@@ -16,6 +16,8 @@ public final class RelayHealth: Sendable {
     private struct State {
         var joinedGroup = false
         var fleetEngineOutageSince: ContinuousClock.Instant?
+        /// The latest failure's cause and detail during an outage, for `/readyz`.
+        var fleetEngineFailure: (cause: String, detail: String)?
         var signerFailingSince: ContinuousClock.Instant?
         var lastPollAge: @Sendable () -> Double = { 0 }
         /// Since when partitions are paused that flow control does not want paused.
@@ -63,22 +65,29 @@ public final class RelayHealth: Sendable {
         }
     }
 
+    /// Causes that no retry mends: a certificate the relay does not trust, a proxy that
+    /// refuses the tunnel, HTTP/1.1 where HTTP/2 is required. They make the relay not
+    /// ready at once instead of after the outage limit.
+    static let configurationCauses: Set<String> = ["tls", "proxy", "http_version"]
+
     /// Tracks Fleet Engine outages (transient failures with no answer in between) and
-    /// logs one line when one begins and one when it ends.
-    func record(_ outcome: FleetEngineOutcome) {
+    /// logs one line when one begins, with its reason, and one when it ends.
+    func record(_ outcome: FleetEngineOutcome, detail: String = "") {
         let now = ContinuousClock.now
         let change: (began: Bool, lasted: Duration?) = state.withLock { state in
-            if case .transient = outcome {
+            if case .transient(let cause, _) = outcome {
+                state.fleetEngineFailure = (cause, detail)
                 guard state.fleetEngineOutageSince == nil else { return (false, nil) }
                 state.fleetEngineOutageSince = now
                 return (true, nil)
             }
             guard let since = state.fleetEngineOutageSince else { return (false, nil) }
             state.fleetEngineOutageSince = nil
+            state.fleetEngineFailure = nil
             return (false, now - since)
         }
         if change.began, case .transient(let cause, _) = outcome {
-            logger.warning("Fleet Engine outage began (\(cause)); retrying with backoff")
+            logger.warning("Fleet Engine outage began (\(cause)\(detail.isEmpty ? "" : ": " + detail)); retrying with backoff")
         }
         if let lasted = change.lasted {
             logger.notice("Fleet Engine outage ended after \(lasted)")
@@ -134,7 +143,7 @@ public final class RelayHealth: Sendable {
     public var readiness: [Check] {
         let now = ContinuousClock.now
         let current = state.withLock { ($0.joinedGroup, $0.fleetEngineOutageSince, $0.signerFailingSince) }
-        let deadLetters = state.withLock { $0.deadLetterFailure }
+        let (deadLetters, fleetEngineFailure) = state.withLock { ($0.deadLetterFailure, $0.fleetEngineFailure) }
         func withinLimit(_ since: ContinuousClock.Instant?) -> Bool { since.map { now - $0 <= maximumOutage } ?? true }
         func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
             since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
@@ -142,9 +151,19 @@ public final class RelayHealth: Sendable {
         return liveness(at: now) + [
             Check(name: "consumer_group", ok: current.0, detail: current.0 ? "joined" : "not joined yet"),
             Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
-            Check(name: "fleet_engine", ok: withinLimit(current.1), detail: describe(current.1, "unavailable")),
+            fleetEngineCheck(since: current.1, failure: fleetEngineFailure, now: now),
             deadLetterCheck(deadLetters, now: now),
         ]
+    }
+
+    private func fleetEngineCheck(since: ContinuousClock.Instant?, failure: (cause: String, detail: String)?,
+                                  now: ContinuousClock.Instant) -> Check {
+        guard let since else { return Check(name: "fleet_engine", ok: true, detail: "ok") }
+        let seconds = (now - since).components.seconds
+        guard let failure else { return Check(name: "fleet_engine", ok: now - since <= maximumOutage, detail: "unavailable for \(seconds) s") }
+        let misconfigured = Self.configurationCauses.contains(failure.cause)
+        return Check(name: "fleet_engine", ok: !misconfigured && now - since <= maximumOutage,
+                     detail: "unavailable for \(seconds) s (\(failure.cause)\(failure.detail.isEmpty ? "" : ": " + failure.detail))")
     }
 
     /// A permanent refusal fails at once (nothing drains until an operator acts); other

@@ -27,6 +27,8 @@ public final class RelayStatistics: Sendable {
     public let requestsAccepted = Atomic<Int>(0)
     public let requestsFailed = Atomic<Int>(0)
     public let retries = Atomic<Int>(0)
+    /// Requests that got no answer within the request timeout.
+    public let timeouts = Atomic<Int>(0)
     public let commits = Atomic<Int>(0)
     public let inFlightRequests = Atomic<Int>(0)
 
@@ -80,6 +82,7 @@ public final class RelayStatistics: Sendable {
 
     func recordRetry(cause: String) {
         retries.add(1, ordering: .relaxed)
+        if cause == "timeout" { timeouts.add(1, ordering: .relaxed) }
         Counter(label: "fleet_relay_retries_total", dimensions: [("cause", cause)]).increment()
     }
 
@@ -103,6 +106,7 @@ public final class RelayStatistics: Sendable {
         public var requestsAccepted = 0
         public var requestsFailed = 0
         public var retries = 0
+        public var timeouts = 0
         public var commits = 0
 
         /// Records that reached a final outcome.
@@ -117,7 +121,7 @@ public final class RelayStatistics: Sendable {
             deadLettered: deadLettered.load(ordering: .relaxed),
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
-            commits: commits.load(ordering: .relaxed))
+            timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed))
     }
 }
 

@@ -120,9 +120,9 @@ public struct UpdateForwarder: Sendable {
                     }
                 case .unknown:
                     delivery.liveChecked = true  // the update itself will say what is wrong
-                case .unavailable(let cause):
+                case .unavailable(let cause, let detail):
                     lastCause = cause
-                    health.record(.transient(cause: cause, retryAfterSeconds: nil))
+                    health.record(.transient(cause: cause, retryAfterSeconds: nil), detail: detail)
                     guard await backOff(attempt: &attempt, retryAfter: nil, cause: cause) else { break }
                     continue
                 }
@@ -131,7 +131,7 @@ public struct UpdateForwarder: Sendable {
             let response = await client.send(update, token: token)
             if Task.isCancelled { break }  // a revoke or shutdown ended it: says nothing about Fleet Engine
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
-            health.record(response.outcome)
+            health.record(response.outcome, detail: response.message)
             observeResponse(response.outcome)
             switch response.outcome {
             case .accepted:
@@ -164,15 +164,17 @@ public struct UpdateForwarder: Sendable {
         case known(Int64?)
         /// Fleet Engine refused to say (404, 401, 403, 400): the update's own answer decides.
         case unknown
-        case unavailable(String)
+        /// Cause and detail: worth retrying.
+        case unavailable(String, String)
     }
 
     private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
-        let (status, body) = await client.fetchVehicle(vehicle, token: token)
-        switch status {
-        case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: body))
+        let fetched = await client.fetchVehicle(vehicle, token: token)
+        switch fetched.status {
+        case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body))
         case 400, 401, 403, 404: return .unknown
-        default: return .unavailable(status == 0 ? "connection" : "http_\(status)")
+        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "")
+        default: return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
         }
     }
 

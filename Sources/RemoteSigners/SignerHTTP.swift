@@ -1,13 +1,16 @@
 import AsyncHTTPClient
+import Egress
 import FleetAuth
 import JSON
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
-/// The HTTP calls signers make: small JSON or form requests with a deadline, on
-/// AsyncHTTPClient's process-wide shared client (signer traffic is light, and the
-/// shared client needs no shutdown). Failures become `SignerError`s that name the
-/// peer but never echo headers, which carry credentials.
+/// The HTTP calls signers make: small JSON or form requests with a deadline. Signer
+/// traffic is light, so it goes on process-wide clients that need no shutdown:
+/// AsyncHTTPClient's shared one for the standard egress, otherwise one per egress
+/// (trust anchors, proxy) and per proxied-or-direct. Failures become `SignerError`s
+/// that name the peer but never echo headers, which carry credentials.
 public final class SignerHTTP: Sendable {
     public struct Response: Sendable {
         public let status: Int
@@ -15,10 +18,12 @@ public final class SignerHTTP: Sendable {
     }
 
     private let timeout: Duration
+    private let egress: Egress
     private static let maximumBodyBytes = 1 << 20
 
-    public init(timeout: Duration = .seconds(10)) {
+    public init(timeout: Duration = .seconds(10), egress: Egress = .standard) {
         self.timeout = timeout
+        self.egress = egress
     }
 
     /// Throws `SignerError` (reason `unavailable`) when the peer cannot be reached or does not answer in time.
@@ -31,13 +36,31 @@ public final class SignerHTTP: Sendable {
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let seconds = timeout.components.seconds
         do {
-            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(seconds))
+            let response = try await ProcessClients.client(for: url, egress: egress).execute(request, timeout: .seconds(seconds))
             let body = try await response.body.collect(upTo: Self.maximumBodyBytes)
             return Response(status: Int(response.status.code), body: Array(buffer: body))
         } catch let error as HTTPClientError where error == .deadlineExceeded {
             throw SignerError(signer: signer, reason: .unavailable, "\(peer) did not answer within \(seconds) s")
         } catch {
-            throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(error)")
+            throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(TransportFailure.describe(error).message)")
+        }
+    }
+}
+
+/// HTTP clients that live as long as the process, one per egress and per proxied-or-direct.
+private enum ProcessClients {
+    private static let clients = Mutex<[(key: String, client: HTTPClient)]>([])
+
+    static func client(for url: String, egress: Egress) -> HTTPClient {
+        guard !egress.caFiles.isEmpty || egress.proxy.server != nil else { return HTTPClient.shared }
+        let proxied = egress.isProxied(url)
+        let key = egress.caFiles.joined(separator: "\n") + "|" + (proxied ? egress.proxy.server!.address : "direct")
+        return clients.withLock { clients in
+            if let existing = clients.first(where: { $0.key == key }) { return existing.client }
+            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+                                    configuration: egress.clientConfiguration(for: url))
+            clients.append((key, client))
+            return client
         }
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Egress
 import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
@@ -36,9 +37,16 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .warning
 
+    @Option(help: "HTTP version to the emulator: auto (HTTP/2 over TLS), 1.1 or 2.")
+    var httpVersion: Egress.HTTPVersion = .automatic
+
+    @Flag(help: "Plain HTTP/1.1 to the emulator instead of HTTPS, the production path.")
+    var plainHttp = false
+
     func validate() throws {
         guard vehicles >= 1, partitions >= 1 else { throw ValidationError("--vehicles and --partitions must be at least 1") }
         guard (0...1).contains(malformedShare) else { throw ValidationError("--malformed-share must be from 0 to 1") }
+        guard !plainHttp || httpVersion != .http2 else { throw ValidationError("--http-version 2 needs HTTPS; drop --plain-http") }
     }
 
     func run() async throws {
@@ -50,16 +58,23 @@ struct DemoCommand: AsyncParsableCommand {
         try cluster.createTopic(topic + ".dlq", partitions: 1)
         let key = try Self.throwawayKey()
         let emulator = FleetEngineEmulator(key: key, provider: key.projectId)
-        let emulatorURL = try await emulator.start(port: emulatorPort)
+        // HTTPS with a throwaway CA that only this process trusts: the production path.
+        let tlsDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-demo-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: tlsDirectory) }
+        let tls = plainHttp ? nil : try ThrowawayTLS.generate(in: tlsDirectory)
+        let emulatorURL = try await emulator.start(port: emulatorPort, options: .init(tls: try tls?.serverTLS()))
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
 
-        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId))
+        var egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [])
+        egress.httpVersion = httpVersion
+        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId, egress: egress))
         let relay = try RelayService(
             configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo"),
             client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles), malformedShare: malformedShare)
-        Console.line("fleet-relay demo: mock Kafka at \(cluster.bootstrapServers), Fleet Engine emulator at \(emulatorURL)")
+        Console.line("fleet-relay demo: mock Kafka at \(cluster.bootstrapServers), Fleet Engine emulator at \(emulatorURL)"
+            + (plainHttp ? " (plain HTTP/1.1)" : " (HTTPS, throwaway CA)"))
         Console.line("feeding \(vehicles) vehicles at \(feeder.rate) events/s into '\(topic)' (\(partitions) partitions); Ctrl-C stops")
 
         let sideshow = DemoSideshow(feeder: feeder, producer: producer, relay: relay, emulator: emulator,
@@ -69,9 +84,10 @@ struct DemoCommand: AsyncParsableCommand {
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await producer.whileRunning { try await services.run() }
         await client.shutdown()
+        let transport = emulator.transportStatistics.map { " over \($0.http2Requests) HTTP/2 and \($0.http1Requests) HTTP/1.1 requests" } ?? ""
         await emulator.shutdown()
         let totals = relay.statistics.snapshot
-        Console.line("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered), \(emulator.vehicles.count) vehicles in the emulator")
+        Console.line("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
     }
 
     static func throwawayKey() throws -> ServiceAccountKey {

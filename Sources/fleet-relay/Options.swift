@@ -1,4 +1,6 @@
 import ArgumentParser
+import Egress
+import Foundation
 import FleetAuth
 import FleetEngine
 import Kafka
@@ -8,6 +10,7 @@ import RemoteSigners
 
 extension VehicleKind: ExpressibleByArgument {}
 extension LocationMode: ExpressibleByArgument {}
+extension Egress.HTTPVersion: ExpressibleByArgument {}
 
 struct KafkaOptions: ParsableArguments {
     @Option(help: "Kafka bootstrap servers (host:port, comma-separated).")
@@ -59,24 +62,62 @@ struct FleetEngineOptions: ParsableArguments {
     @Option(help: "Fleet Engine request timeout in seconds.")
     var requestTimeout = 15
 
+    @Option(help: "HTTP version to Fleet Engine: auto (HTTP/2 where TLS negotiates it), 1.1, or 2 (required; needs https).")
+    var httpVersion: Egress.HTTPVersion = .automatic
+
+    @Option(help: "HTTP/2 streams per connection at most, the server's limit (Fleet Engine: 100); --max-in-flight is spread over ceil(max-in-flight / this) connections.")
+    var streamsPerConnection = 100
+
     func validate() throws {
         guard maxInFlight >= 1, maxInFlight <= 4096 else { throw ValidationError("--max-in-flight must be from 1 to 4096") }
         guard requestTimeout >= 1 else { throw ValidationError("--request-timeout must be at least 1 second") }
+        guard streamsPerConnection >= 1 else { throw ValidationError("--streams-per-connection must be at least 1") }
         if let problem = URLText.insecurityReason(fleetEngineURL) {
             throw ValidationError("--fleet-engine-url \(problem)")
+        }
+        if httpVersion == .http2, !fleetEngineURL.lowercased().hasPrefix("https://") {
+            throw ValidationError("--http-version 2 needs an https --fleet-engine-url (HTTP/2 is negotiated in the TLS handshake)")
         }
     }
 
     /// - Parameter defaultProvider: the signer's project, used when `--provider` is not given.
-    func clientConfiguration(defaultProvider: String?) throws -> FleetEngineClient.Configuration {
+    func clientConfiguration(defaultProvider: String?, egress: Egress) throws -> FleetEngineClient.Configuration {
         guard let provider = provider ?? defaultProvider else {
             throw StartupError("--provider is required: the signer does not tell which Google Cloud project is the Fleet Engine provider")
         }
+        var egress = egress
+        egress.httpVersion = httpVersion
         return FleetEngineClient.Configuration(
             baseURL: fleetEngineURL, provider: provider, locationMode: locationMode,
-            requestTimeout: .seconds(requestTimeout), maximumConnections: maxInFlight)
+            requestTimeout: .seconds(requestTimeout), maximumInFlight: maxInFlight,
+            streamsPerConnection: streamsPerConnection, egress: egress)
     }
 
+}
+
+/// How HTTPS leaves the process, for Fleet Engine and the signers' services alike.
+struct EgressOptions: ParsableArguments {
+    @Option(name: .customLong("ca-file"),
+            help: ArgumentHelp("PEM file of extra CA certificates to trust besides the system's, e.g. a private token service's or the emulator's (repeatable). Verification is always on. HTTPS_PROXY and NO_PROXY are honoured.",
+                               valueName: "file"))
+    var caFiles: [String] = []
+
+    /// Loads the CA files and reads the proxy from the environment; problems stop startup.
+    func egress(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Egress {
+        do {
+            return try Egress.load(caFiles: caFiles, proxy: EgressProxy.from(environment: environment))
+        } catch {
+            throw StartupError("\(error)")
+        }
+    }
+
+    /// What startup logs: CA files and the proxy's address, never its credentials.
+    static func logMetadata(_ egress: Egress) -> Logger.Metadata {
+        [
+            "ca_files": "\(egress.caFiles.isEmpty ? "none" : egress.caFiles.joined(separator: ","))",
+            "https_proxy": "\(egress.proxy.server?.address ?? "none")",
+        ]
+    }
 }
 
 struct PipelineOptions: ParsableArguments {

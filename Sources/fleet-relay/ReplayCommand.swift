@@ -1,4 +1,5 @@
 import ArgumentParser
+import Egress
 import Dispatch
 import FleetAuth
 import FleetEngine
@@ -82,6 +83,7 @@ struct ReplayCommand: AsyncParsableCommand {
     var progress: ProgressStyleArgument = .auto
 
     @OptionGroup var signer: SignerOptions
+    @OptionGroup var egressOptions: EgressOptions
     @OptionGroup var fleetEngine: FleetEngineOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -160,8 +162,9 @@ struct ReplayCommand: AsyncParsableCommand {
 
     private func makeSender(logger: Logger) async throws -> ReplaySender? {
         guard !dryRun else { return nil }
-        let setup = try await signer.makeSigner { logger.warning("\($0)") }
-        let client = FleetEngineClient(configuration: try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider))
+        let egress = try egressOptions.egress()
+        let setup = try await signer.makeSigner(egress: egress) { logger.warning("\($0)") }
+        let client = FleetEngineClient(configuration: try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider, egress: egress))
         return ReplaySender(client: client, tokens: signer.makeTokenCache(setup.signer))
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Egress
 import FleetAuth
 import FleetEngine
 import Kafka
@@ -33,6 +34,7 @@ struct RunCommand: AsyncParsableCommand {
     var readyMaxOutage = DurationArgument(argument: "60s")!
 
     @OptionGroup var signer: SignerOptions
+    @OptionGroup var egressOptions: EgressOptions
     @OptionGroup var fleetEngine: FleetEngineOptions
     @OptionGroup var pipeline: PipelineOptions
     @OptionGroup var logging: LoggingOptions
@@ -49,8 +51,9 @@ struct RunCommand: AsyncParsableCommand {
         }
         var kafkaConfiguration = try kafka.validatedConfiguration()
         if let groupInstanceId { kafkaConfiguration["group.instance.id"] = groupInstanceId }
-        let setup = try await signer.makeSigner { logger.warning("\($0)") }
-        let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider)
+        let egress = try egressOptions.egress()
+        let setup = try await signer.makeSigner(egress: egress) { logger.warning("\($0)") }
+        let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider, egress: egress)
         let client = FleetEngineClient(configuration: clientConfiguration)
         let tokens = signer.makeTokenCache(setup.signer)
         var relayConfiguration = pipeline.relayConfiguration(
@@ -70,9 +73,10 @@ struct RunCommand: AsyncParsableCommand {
             "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)",
             "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
             "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
-            "token_scope": "\(signer.tokenScope.rawValue)",
+            "token_scope": "\(signer.tokenScope.rawValue)", "http_version": "\(fleetEngine.httpVersion.rawValue)",
+            "fleet_engine_connections": "\(clientConfiguration.connectionCount)",
             "kafka_properties": "\(kafkaConfiguration.redacted.filter { $0.key != "bootstrap.servers" })",
-        ].merging(setup.logMetadata) { current, _ in current })
+        ].merging(setup.logMetadata) { current, _ in current }.merging(EgressOptions.logMetadata(egress)) { current, _ in current })
         let ops: OpsServer
         do {
             let health = relay.health

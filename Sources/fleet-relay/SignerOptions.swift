@@ -1,4 +1,5 @@
 import ArgumentParser
+import Egress
 import FleetAuth
 import Foundation
 import Logging
@@ -110,9 +111,9 @@ struct SignerOptions: ParsableArguments {
     }
 
     /// Builds the signer: loads keys, resolves credentials. Problems are `StartupError`s.
-    func makeSigner(environment: [String: String] = ProcessInfo.processInfo.environment,
+    func makeSigner(environment: [String: String] = ProcessInfo.processInfo.environment, egress: Egress = .standard,
                     warn: (String) -> Void) async throws -> Setup {
-        let http = SignerHTTP(timeout: signerTimeout.duration)
+        let http = SignerHTTP(timeout: signerTimeout.duration, egress: egress)
         switch signer {
         case .local:
             let key = try loadKey(keyFile!, warn: warn)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Egress
 import FleetAuth
 import FleetEngine
 import Foundation
@@ -19,6 +20,7 @@ struct TokenCommand: AsyncParsableCommand {
     var kind: VehicleKind = .vehicle
 
     @OptionGroup var signer: SignerOptions
+    @OptionGroup var egressOptions: EgressOptions
 
     func validate() throws {
         guard vehicle != nil || signer.tokenScope == .wildcard else {
@@ -27,7 +29,8 @@ struct TokenCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let setup = try await signer.makeSigner { FleetRelayMain.printError("fleet-relay: warning: \($0)") }
+        let egress = try egressOptions.egress()
+        let setup = try await signer.makeSigner(egress: egress) { FleetRelayMain.printError("fleet-relay: warning: \($0)") }
         let identity = VehicleIdentity(kind: kind, id: signer.tokenScope == .wildcard ? FleetEngineClaims.wildcard : vehicle!)
         let minted: VehicleToken
         do {

@@ -194,6 +194,25 @@ extension IntegrationTests {
         await harness.shutdown()
     }
 
+    @Test func aBadCAFileOrProxyStopsStartupWithOneLineAndNoSecret() async throws {
+        let caFile = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k", "--ca-file", "/nonexistent/ca.pem"])
+        #expect(caFile.status == 78)
+        #expect(caFile.stderr.hasPrefix("fleet-relay: error: --ca-file /nonexistent/ca.pem: cannot be read"), "\(caFile.stderr)")
+        #expect(caFile.stderr.split(separator: "\n").count == 1)
+
+        let proxy = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k"],
+                                  environment: ["HTTPS_PROXY": "socks5://relay:sentinel-proxy-secret@proxy.corp:1080"])
+        #expect(proxy.status == 78)
+        #expect(proxy.stderr.contains("HTTPS_PROXY"), "\(proxy.stderr)")
+        #expect(!proxy.stderr.contains("sentinel-proxy-secret"))
+        #expect(proxy.stderr.split(separator: "\n").count == 1)
+
+        let version = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
+                                     "--fleet-engine-url", "http://127.0.0.1:8470", "--http-version", "2"])
+        #expect(version.status == 64)
+        #expect(version.stderr.contains("--http-version 2 needs an https --fleet-engine-url"), "\(version.stderr)")
+    }
+
     @Test func plainHTTPIsRefusedForRemoteFleetEngine() async throws {
         let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
                                     "--fleet-engine-url", "http://fleet.example.com"])
@@ -229,7 +248,10 @@ extension IntegrationTests {
         }
         #expect(demo.process.terminationStatus == 0)
         let summary = try #require(demo.output.split(separator: "\n").last { $0.hasPrefix("stopped: ") })
-        #expect(summary.hasSuffix("50 vehicles in the emulator"))
+        #expect(summary.contains("50 vehicles in the emulator"))
+        // The demo shows the production path: HTTPS, with HTTP/2 negotiated.
+        #expect(demo.output.contains("(HTTPS, throwaway CA)"))
+        #expect(summary.hasSuffix(" HTTP/2 and 0 HTTP/1.1 requests") && !summary.contains("over 0 HTTP/2"), "\(summary)")
     }
 
     /// Done-when of the spine: the binary, pointed at a broker and a token-checking

@@ -1,7 +1,9 @@
+import Egress
 import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
 import Foundation
+import HTTPServing
 import Kafka
 import Logging
 import Relay
@@ -16,6 +18,8 @@ final class RelayHarness: Sendable {
     let key: ServiceAccountKey
     let emulator: FleetEngineEmulator
     let emulatorURL: String
+    /// The throwaway CA and certificate of an emulator serving HTTPS.
+    let tls: ThrowawayTLS?
     let logger: Logger
 
     static let keyFileJSON = ServiceAccountKey.generateKeyFileJSON(
@@ -30,7 +34,10 @@ final class RelayHarness: Sendable {
         return path
     }
 
-    init(partitions: Int = 4, requireExistingVehicles: Bool = false) async throws {
+    /// - Parameter https: serve the emulator over HTTPS (ALPN h2 and http/1.1) with a
+    ///   throwaway CA that the relays `startRelay` starts trust.
+    init(partitions: Int = 4, requireExistingVehicles: Bool = false, https: Bool = false,
+         http2: HTTP2ServerBehaviour = .init()) async throws {
         // Every fix time the emulator receives is kept, so tests can prove nothing was lost.
         var logger = Logger(label: "relay-test")
         logger.logLevel = ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .error
@@ -43,7 +50,17 @@ final class RelayHarness: Sendable {
         self.key = Self.sharedKey
         self.emulator = FleetEngineEmulator(key: key, provider: key.projectId, requireExistingVehicles: requireExistingVehicles,
                                             recordsHistory: true)
-        self.emulatorURL = try await emulator.start()
+        let tls = https ? try ThrowawayTLS.generate(in: FileManager.default.temporaryDirectory
+            .appendingPathComponent("harness-tls-\(UUID().uuidString)").path) : nil
+        self.tls = tls
+        self.emulatorURL = try await emulator.start(options: .init(tls: try tls?.serverTLS(), http2: http2))
+    }
+
+    /// How relays reach the emulator: trusting its CA when it serves HTTPS.
+    func egress(httpVersion: Egress.HTTPVersion = .automatic, proxy: EgressProxy = .none) throws -> Egress {
+        var egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], proxy: proxy)
+        egress.httpVersion = httpVersion
+        return egress
     }
 
     /// A short session timeout: the mock cluster lets a new member wait that long
@@ -85,13 +102,15 @@ final class RelayHarness: Sendable {
     }
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
-                    tokens: TokenCache? = nil, requestTimeout: Duration = .seconds(15),
+                    tokens: TokenCache? = nil, requestTimeout: Duration = .seconds(15), egress: Egress? = nil,
+                    logger: Logger? = nil,
                     configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
         var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group,
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId,
-                                                            requestTimeout: requestTimeout))
+                                                            requestTimeout: requestTimeout, egress: try egress ?? self.egress()))
+        let logger = logger ?? self.logger
         let relay = try RelayService(configuration: configuration, client: client,
                                      tokens: tokens ?? TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)),
                                      logger: logger)
@@ -190,6 +209,7 @@ final class RelayHarness: Sendable {
 
     func shutdown() async {
         await emulator.shutdown()
+        if let tls { try? FileManager.default.removeItem(atPath: tls.directory) }
     }
 }
 

@@ -1,5 +1,8 @@
+import Egress
 import FleetAuth
 import FleetEngineEmulator
+import Foundation
+import HTTPServing
 import JSON
 import RemoteSigners
 import Testing
@@ -113,5 +116,31 @@ import Testing
             #expect(tokens.count == 10 && tokens.values.allSatisfy { $0.count == 1 })
             #expect(await cache.mintCount == 10)
         }
+    }
+}
+
+/// A private token service over HTTPS: verified against `--ca-file`, never trusted blindly.
+@Suite struct TokenServiceOverHTTPSTests {
+    @Test func mintsOverHTTPSOnlyWithTheServiceCAAndSaysWhyOtherwise() async throws {
+        let tlsDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("signer-tls-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: tlsDirectory) }
+        let tls = try ThrowawayTLS.generate(in: tlsDirectory)
+        let service = TokenServiceEmulator(key: SignerKeys.fleet.key)
+        let server = try await EmulatorHost.start([service], options: .init(tls: try tls.serverTLS()))
+        defer { Task { await server.shutdown() } }
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-tls")
+        let configuration = TokenServiceSigner.Configuration(url: server.baseURL + TokenServiceEmulator.path)
+        #expect(server.baseURL.hasPrefix("https://"))
+
+        let untrusting = TokenServiceSigner(configuration: configuration, http: SignerHTTP(egress: .standard))
+        let error = try await #require(throws: SignerError.self) { try await untrusting.mint(for: vehicle) }
+        #expect(error.reason == .unavailable)
+        #expect(error.description.contains("certificate verify failed"), "\(error.description)")
+        #expect(service.statistics.issuedPerVehicle.isEmpty)
+
+        let trusting = TokenServiceSigner(configuration: configuration,
+                                          http: SignerHTTP(egress: try Egress.load(caFiles: [tls.caFile])))
+        _ = try await trusting.mint(for: vehicle)
+        #expect(service.statistics.issuedPerVehicle == [vehicle.id: 1])
     }
 }

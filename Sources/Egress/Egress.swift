@@ -1,0 +1,120 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOSSL
+
+/// How the relay's HTTPS clients reach Fleet Engine and the signers' services:
+/// certificate verification always on, with extra trust anchors from `--ca-file`;
+/// egress through `HTTPS_PROXY` unless `NO_PROXY` names the host; HTTP/2 or HTTP/1.1.
+public struct Egress: Sendable {
+    public enum HTTPVersion: String, Sendable, CaseIterable {
+        /// HTTP/2 where TLS negotiates it (ALPN), else HTTP/1.1.
+        case automatic = "auto"
+        case http1 = "1.1"
+        /// HTTP/2 required: an answer over HTTP/1.1 is a configuration error.
+        case http2 = "2"
+    }
+
+    public var httpVersion: HTTPVersion
+    public var proxy: EgressProxy
+    /// The `--ca-file`s, for logs.
+    public let caFiles: [String]
+    private let additionalTrustRoots: [NIOSSLCertificate]
+
+    /// The system's trust store only, no proxy, protocol negotiated.
+    public static let standard = Egress(httpVersion: .automatic, proxy: .none, caFiles: [], additionalTrustRoots: [])
+
+    private init(httpVersion: HTTPVersion, proxy: EgressProxy, caFiles: [String], additionalTrustRoots: [NIOSSLCertificate]) {
+        self.httpVersion = httpVersion
+        self.proxy = proxy
+        self.caFiles = caFiles
+        self.additionalTrustRoots = additionalTrustRoots
+    }
+
+    /// Loads every CA file now, so that a bad one stops startup instead of failing each request.
+    public static func load(caFiles: [String], httpVersion: HTTPVersion = .automatic,
+                            proxy: EgressProxy = .none) throws -> Egress {
+        var roots: [NIOSSLCertificate] = []
+        for file in caFiles {
+            let certificates: [NIOSSLCertificate]
+            do {
+                certificates = try NIOSSLCertificate.fromPEMFile(file)
+            } catch {
+                throw EgressError("--ca-file \(file): cannot be read as PEM certificates (\(error))")
+            }
+            guard !certificates.isEmpty else { throw EgressError("--ca-file \(file) holds no PEM certificate") }
+            roots += certificates
+        }
+        return Egress(httpVersion: httpVersion, proxy: proxy, caFiles: caFiles, additionalTrustRoots: roots)
+    }
+
+    /// AsyncHTTPClient's configuration for requests to `url`'s host; `base` carries the
+    /// caller's pool and timeout settings.
+    public func clientConfiguration(for url: String, base: HTTPClient.Configuration = .init()) -> HTTPClient.Configuration {
+        var configuration = base
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .fullVerification
+        if !additionalTrustRoots.isEmpty { tls.additionalTrustRoots = [.certificates(additionalTrustRoots)] }
+        configuration.tlsConfiguration = tls
+        configuration.httpVersion = httpVersion == .http1 ? .http1Only : .automatic
+        if let (scheme, host) = Self.schemeAndHost(url), scheme == "https", let server = proxy.server(forHost: host) {
+            configuration.proxy = .server(host: server.host, port: server.port,
+                                          authorization: server.credentials.map { .basic(username: $0.user, password: $0.password) })
+        }
+        return configuration
+    }
+
+    /// Whether requests to `url` leave through the proxy.
+    public func isProxied(_ url: String) -> Bool {
+        guard let (scheme, host) = Self.schemeAndHost(url), scheme == "https" else { return false }
+        return proxy.server(forHost: host) != nil
+    }
+
+    static func schemeAndHost(_ url: String) -> (scheme: String, host: String)? {
+        guard let schemeEnd = url.range(of: "://") else { return nil }
+        let scheme = url[..<schemeEnd.lowerBound].lowercased()
+        var authority = url[schemeEnd.upperBound...].prefix { $0 != "/" && $0 != "?" }
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            return (scheme, String(authority[authority.index(after: authority.startIndex)..<close]))
+        }
+        return (scheme, String(authority.prefix { $0 != ":" }))
+    }
+}
+
+/// Why a request failed below HTTP, in words an operator can act on.
+public enum TransportFailure {
+    /// `tls` (certificate or handshake), `timeout` or `connection`, and the error's text.
+    public static func describe(_ error: any Error) -> (cause: String, message: String) {
+        if let error = error as? HTTPClientError {
+            if error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout { return ("timeout", "\(error)") }
+            if error == .tlsHandshakeTimeout { return ("tls", "TLS handshake timed out") }
+            if error == .proxyAuthenticationRequired || error == .invalidProxyResponse || error == .httpProxyHandshakeTimeout {
+                return ("proxy", "the HTTPS proxy refused the tunnel (\(error))")
+            }
+        }
+        if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
+            return ("tls", tlsReason(error))
+        }
+        return ("connection", "\(error)")
+    }
+
+    /// BoringSSL's reason code (`CERTIFICATE_VERIFY_FAILED`) with what it means, instead of
+    /// the error's full text with its source paths.
+    static func tlsReason(_ error: any Error) -> String {
+        if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
+            return "TLS: the server's certificate does not name the host the URL names"
+        }
+        let text = "\(error)"
+        let codes = text.split(separator: "OPENSSL_internal:").dropFirst().map { $0.prefix { $0.isUppercase || $0 == "_" || $0.isNumber } }
+        guard let code = codes.first.map(String.init), !code.isEmpty else { return "TLS failed: \(text.prefix(200))" }
+        switch code {
+        case "CERTIFICATE_VERIFY_FAILED":
+            return "TLS: certificate verify failed (CERTIFICATE_VERIFY_FAILED): the server's certificate does not chain to a trusted CA; add that CA with --ca-file"
+        case "WRONG_VERSION_NUMBER":
+            return "TLS: the server did not answer with TLS (WRONG_VERSION_NUMBER): is the URL's scheme right?"
+        default:
+            return "TLS handshake failed (\(code))"
+        }
+    }
+}
