@@ -78,7 +78,9 @@ public final class FleetEngineClient: Sendable {
         // its own backoff, and a TLS or proxy refusal is reported when it happens, not after the timeout.
         base.connectionPool.retryConnectionEstablishment = false
         base.timeout = .init(connect: .seconds(10))
-        base.decompression = .enabled(limit: .ratio(20))
+        // Fleet Engine's answers are small JSON: a decompressor would be one more handler in
+        // every HTTP/2 stream's pipeline and an Accept-Encoding header on every request.
+        base.decompression = .disabled
         // No tracing backend is bootstrapped; without this every request still builds a
         // no-op span and its attributes (a few percent of the relay's CPU per request).
         base.tracing.tracer = nil
