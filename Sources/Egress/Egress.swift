@@ -57,17 +57,17 @@ public struct Egress: Sendable {
         if !additionalTrustRoots.isEmpty { tls.additionalTrustRoots = [.certificates(additionalTrustRoots)] }
         configuration.tlsConfiguration = tls
         configuration.httpVersion = httpVersion == .http1 ? .http1Only : .automatic
-        if let (scheme, host) = Self.schemeAndHost(url), scheme == "https", let server = proxy.server(forHost: host) {
+        if let server = proxyServer(for: url) {
             configuration.proxy = .server(host: server.host, port: server.port,
                                           authorization: server.credentials.map { .basic(username: $0.user, password: $0.password) })
         }
         return configuration
     }
 
-    /// Whether requests to `url` leave through the proxy.
-    public func isProxied(_ url: String) -> Bool {
-        guard let (scheme, host) = Self.schemeAndHost(url), scheme == "https" else { return false }
-        return proxy.server(forHost: host) != nil
+    /// The proxy requests to `url` leave through: https only, unless `NO_PROXY` names the host.
+    public func proxyServer(for url: String) -> EgressProxy.Server? {
+        guard let (scheme, host) = Self.schemeAndHost(url), scheme == "https" else { return nil }
+        return proxy.server(forHost: host)
     }
 
     static func schemeAndHost(_ url: String) -> (scheme: String, host: String)? {
@@ -83,20 +83,30 @@ public struct Egress: Sendable {
 }
 
 /// Why a request failed below HTTP, in words an operator can act on.
-public enum TransportFailure {
-    /// `tls` (certificate or handshake), `timeout` or `connection`, and the error's text.
-    public static func describe(_ error: any Error) -> (cause: String, message: String) {
+public struct TransportFailure: Error, Sendable {
+    /// `tls` (certificate or handshake), `proxy`, `timeout`, `connection`, or `http_version`.
+    public let cause: String
+    public let message: String
+
+    public init(cause: String, message: String) {
+        self.cause = cause
+        self.message = message
+    }
+
+    public static func describe(_ error: any Error) -> TransportFailure {
         if let error = error as? HTTPClientError {
-            if error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout { return ("timeout", "\(error)") }
-            if error == .tlsHandshakeTimeout { return ("tls", "TLS handshake timed out") }
+            if error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+                return TransportFailure(cause: "timeout", message: "\(error)")
+            }
+            if error == .tlsHandshakeTimeout { return TransportFailure(cause: "tls", message: "TLS handshake timed out") }
             if error == .proxyAuthenticationRequired || error == .invalidProxyResponse || error == .httpProxyHandshakeTimeout {
-                return ("proxy", "the HTTPS proxy refused the tunnel (\(error))")
+                return TransportFailure(cause: "proxy", message: "the HTTPS proxy refused the tunnel (\(error))")
             }
         }
         if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
-            return ("tls", tlsReason(error))
+            return TransportFailure(cause: "tls", message: tlsReason(error))
         }
-        return ("connection", "\(error)")
+        return TransportFailure(cause: "connection", message: "\(error)")
     }
 
     /// BoringSSL's reason code (`CERTIFICATE_VERIFY_FAILED`) with what it means, instead of

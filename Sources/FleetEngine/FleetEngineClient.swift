@@ -59,8 +59,8 @@ public final class FleetEngineClient: Sendable {
     public struct VehicleFetch: Sendable {
         public let status: Int
         public let body: String
-        /// For status 0: `tls`, `timeout`, `connection`, `proxy` or `http_version`, and the detail.
-        public let failure: (cause: String, message: String)?
+        /// Why there is no answer (status 0).
+        public let failure: TransportFailure?
     }
 
     public let configuration: Configuration
@@ -124,29 +124,24 @@ public final class FleetEngineClient: Sendable {
         httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
         switch await execute(httpRequest) {
         case .success(let (status, _, body)): return VehicleFetch(status: status, body: String(buffer: body), failure: nil)
-        case .failure(let failure): return VehicleFetch(status: 0, body: "", failure: (failure.cause, failure.message))
+        case .failure(let failure): return VehicleFetch(status: 0, body: "", failure: failure)
         }
     }
 
-    private struct Failure: Error {
-        let cause: String
-        let message: String
-    }
-
-    private func execute(_ request: HTTPClientRequest) async -> Result<(Int, HTTPHeaders, ByteBuffer), Failure> {
+    private func execute(_ request: HTTPClientRequest) async -> Result<(Int, HTTPHeaders, ByteBuffer), TransportFailure> {
         let index = takeLeastBusyClient()
         defer { release(index) }
         do {
             let response = try await clients[index].execute(request, timeout: .init(configuration.requestTimeout))
             let body = try await response.body.collect(upTo: 1 << 20)
             if configuration.egress.httpVersion == .http2, response.version.major != 2 {
-                return .failure(Failure(cause: "http_version", message: "Fleet Engine answered over HTTP/\(response.version.major)."
-                    + "\(response.version.minor), but --http-version 2 requires HTTP/2"))
+                return .failure(TransportFailure(cause: "http_version", message: "Fleet Engine answered over HTTP/"
+                    + "\(response.version.major).\(response.version.minor), but --http-version 2 requires HTTP/2"))
             }
             return .success((Int(response.status.code), response.headers, body))
         } catch {
-            let (cause, message) = TransportFailure.describe(error)
-            return .failure(Failure(cause: cause, message: "request failed: \(message)"))
+            let failure = TransportFailure.describe(error)
+            return .failure(TransportFailure(cause: failure.cause, message: "request failed: \(failure.message)"))
         }
     }
 

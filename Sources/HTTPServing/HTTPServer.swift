@@ -84,7 +84,7 @@ public final class HTTPServer: Sendable {
                                        statistics: HTTPServerStatistics) throws {
         try channel.pipeline.syncOperations.configureHTTPServerPipeline()
         try channel.pipeline.syncOperations.addHandler(
-            RequestHandler(responder: responder, statistics: statistics, protocolVersion: .http1))
+            RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http1))
     }
 
     private static func configureHTTP2(_ connection: any Channel, behaviour: HTTP2ServerBehaviour,
@@ -102,7 +102,7 @@ public final class HTTPServer: Sendable {
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
                 try stream.pipeline.syncOperations.addHandler(
-                    RequestHandler(responder: responder, statistics: statistics, protocolVersion: .http2(faults)))
+                    RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http2(faults)))
             }
         }.map { _ in }
     }

@@ -6,6 +6,10 @@ import NIOHTTP2
 enum ServedProtocol {
     case http1
     case http2(HTTP2ConnectionFaults)
+
+    /// HTTP/1.1 decides keep-alive per request and says so in a `Connection` header;
+    /// HTTP/2 forbids that header and a stream always ends with its response.
+    var isHTTP1: Bool { if case .http1 = self { true } else { false } }
 }
 
 /// Reads one request at a time (HTTP/1.1 keep-alive, or one HTTP/2 stream through
@@ -22,10 +26,10 @@ final class RequestHandler: ChannelInboundHandler {
     private var tooLarge = false
     private let connection = ClientConnection()
 
-    init(responder: @escaping HTTPResponder, statistics: HTTPServerStatistics, protocolVersion: ServedProtocol) {
+    init(responder: @escaping HTTPResponder, statistics: HTTPServerStatistics, servedProtocol: ServedProtocol) {
         self.responder = responder
         self.statistics = statistics
-        self.servedProtocol = protocolVersion
+        self.servedProtocol = servedProtocol
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -72,10 +76,8 @@ final class RequestHandler: ChannelInboundHandler {
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
-        let keepAlive: Bool
-        if case .http1 = servedProtocol { keepAlive = head.isKeepAlive } else { keepAlive = true }
-        let isHTTP1: Bool
-        if case .http1 = servedProtocol { isHTTP1 = true } else { isHTTP1 = false }
+        let isHTTP1 = servedProtocol.isHTTP1
+        let keepAlive = !isHTTP1 || head.isKeepAlive
         let version = head.version
         let boundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
         let promise = context.eventLoop.makePromise(of: HTTPResponse.self)
@@ -106,7 +108,6 @@ final class RequestHandler: ChannelInboundHandler {
                            headers: head.headers.map { ($0.name, $0.value) }, body: body, connection: connection)
     }
 
-    /// `connectionHeader`: HTTP/2 forbids connection-specific headers; only HTTP/1.1 says keep-alive or close.
     private static func write(_ response: HTTPResponse, version: HTTPVersion, keepAlive: Bool, connectionHeader: Bool,
                               context: ChannelHandlerContext) {
         var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })

@@ -173,7 +173,7 @@ public struct UpdateForwarder: Sendable {
         switch fetched.status {
         case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body))
         case 400, 401, 403, 404: return .unknown
-        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "")
+        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer")
         default: return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
         }
     }

@@ -53,8 +53,7 @@ private enum ProcessClients {
 
     static func client(for url: String, egress: Egress) -> HTTPClient {
         guard !egress.caFiles.isEmpty || egress.proxy.server != nil else { return HTTPClient.shared }
-        let proxied = egress.isProxied(url)
-        let key = egress.caFiles.joined(separator: "\n") + "|" + (proxied ? egress.proxy.server!.address : "direct")
+        let key = egress.caFiles.joined(separator: "\n") + "|" + (egress.proxyServer(for: url)?.address ?? "direct")
         return clients.withLock { clients in
             if let existing = clients.first(where: { $0.key == key }) { return existing.client }
             let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup,

@@ -65,8 +65,7 @@ struct DemoCommand: AsyncParsableCommand {
         let emulatorURL = try await emulator.start(port: emulatorPort, options: .init(tls: try tls?.serverTLS()))
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
 
-        var egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [])
-        egress.httpVersion = httpVersion
+        let egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], httpVersion: httpVersion)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId, egress: egress))
         let relay = try RelayService(
             configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo"),

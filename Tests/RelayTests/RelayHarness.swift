@@ -58,9 +58,7 @@ final class RelayHarness: Sendable {
 
     /// How relays reach the emulator: trusting its CA when it serves HTTPS.
     func egress(httpVersion: Egress.HTTPVersion = .automatic, proxy: EgressProxy = .none) throws -> Egress {
-        var egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], proxy: proxy)
-        egress.httpVersion = httpVersion
-        return egress
+        try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], httpVersion: httpVersion, proxy: proxy)
     }
 
     /// A short session timeout: the mock cluster lets a new member wait that long

@@ -89,33 +89,32 @@ import Testing
     }
 
     @Test func httpsProxyFromTheEnvironmentCarriesTheTraffic() async throws {
+        let (tunnels, emulatorURL) = try await tunnelsWhileDelivering(
+            environment: { ["HTTPS_PROXY": $0, "NO_PROXY": "metadata.google.internal,.svc.cluster.local"] })
+        let port = try #require(emulatorURL.split(separator: ":").last)
+        #expect(tunnels.count >= 1)
+        #expect(tunnels.allSatisfy { $0 == "127.0.0.1:\(port)" }, "tunnels to the emulator: \(tunnels)")
+    }
+
+    @Test func noProxyNamesHostsReachedDirectly() async throws {
+        let (tunnels, _) = try await tunnelsWhileDelivering(environment: { ["https_proxy": $0, "no_proxy": "example.com, 127.0.0.0/8"] })
+        #expect(tunnels.isEmpty, "NO_PROXY's 127.0.0.0/8 bypasses the proxy: \(tunnels)")
+    }
+
+    /// Delivers a backlog (every fix checked) with the proxy environment `environment(proxyURL)`;
+    /// returns the tunnels the proxy opened meanwhile and the emulator's URL.
+    private func tunnelsWhileDelivering(environment: (String) -> [String: String]) async throws -> ([String], String) {
         let harness = try await RelayHarness(partitions: 2, https: true)
         let proxy = try await ConnectProxy.start()
         defer { Task { await proxy.shutdown(); await harness.shutdown() } }
         let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 3)
         try await harness.produce(generated.events.map(\.record))
-        let environment = ["HTTPS_PROXY": proxy.url, "NO_PROXY": "metadata.google.internal,.svc.cluster.local"]
-        let relay = try harness.startRelay(group: "proxy", egress: try harness.egress(proxy: try EgressProxy.from(environment: environment)))
+        let egress = try harness.egress(proxy: try EgressProxy.from(environment: environment(proxy.url)))
+        let relay = try harness.startRelay(group: "proxy", egress: egress)
         try await harness.waitUntilEverythingIsDelivered(generated, group: "proxy")
         try await relay.stop()
-
-        let port = try #require(harness.emulatorURL.split(separator: ":").last)
-        #expect(proxy.tunnels.count >= 1)
-        #expect(proxy.tunnels.allSatisfy { $0 == "127.0.0.1:\(port)" }, "tunnels to the emulator: \(proxy.tunnels)")
         #expect(harness.lostEvents(generated.events).count == 0)
-    }
-
-    @Test func noProxyNamesHostsReachedDirectly() async throws {
-        let harness = try await RelayHarness(partitions: 1, https: true)
-        let proxy = try await ConnectProxy.start()
-        defer { Task { await proxy.shutdown(); await harness.shutdown() } }
-        let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 2)
-        try await harness.produce(generated.events.map(\.record))
-        let environment = ["https_proxy": proxy.url, "no_proxy": "example.com, 127.0.0.0/8"]
-        let relay = try harness.startRelay(group: "no-proxy", egress: try harness.egress(proxy: try EgressProxy.from(environment: environment)))
-        try await harness.waitUntilEverythingIsDelivered(generated, group: "no-proxy")
-        try await relay.stop()
-        #expect(proxy.tunnels.isEmpty, "NO_PROXY's 127.0.0.0/8 bypasses the proxy: \(proxy.tunnels)")
+        return (proxy.tunnels, harness.emulatorURL)
     }
 }
 
