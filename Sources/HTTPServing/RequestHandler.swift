@@ -136,6 +136,7 @@ final class HTTP2ConnectionFaults: @unchecked Sendable {
     private var openStreams = 0
     private var highestStreamID = HTTP2StreamID.rootStream
     private var goingAway = false
+    private var closeScheduled = false
 
     init(behaviour: HTTP2ServerBehaviour, connection: any Channel, statistics: HTTPServerStatistics) {
         self.behaviour = behaviour
@@ -149,9 +150,16 @@ final class HTTP2ConnectionFaults: @unchecked Sendable {
         if let id, id > highestStreamID { highestStreamID = id }
     }
 
+    /// Once the last stream before the GOAWAY finished, the connection closes after a grace
+    /// period (unless the client closed it first), as a front end does: closing at once would
+    /// reset the TCP connection under streams the client sent meanwhile, and the client would
+    /// lose the GOAWAY and the last answers with them.
     func streamClosed() {
         openStreams -= 1
-        if goingAway, openStreams == 0 { connection.close(promise: nil) }
+        guard goingAway, openStreams == 0, !closeScheduled else { return }
+        closeScheduled = true
+        let connection = connection
+        connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }
     }
 
     func resetsThisRequest() -> Bool {

@@ -25,6 +25,13 @@ public struct ServerTLS: Sendable {
         configuration.applicationProtocols = ["h2", "http/1.1"]
         return ServerTLS(configuration: configuration)
     }
+
+    /// The same certificate offering only HTTP/1.1 by ALPN, as an HTTPS server without HTTP/2.
+    public func withoutHTTP2() -> ServerTLS {
+        var configuration = configuration
+        configuration.applicationProtocols = ["http/1.1"]
+        return ServerTLS(configuration: configuration)
+    }
 }
 
 public struct ServerTLSError: Error, CustomStringConvertible {

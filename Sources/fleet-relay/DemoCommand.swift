@@ -108,7 +108,7 @@ struct DemoSideshow: Service {
     let duration: Duration?
 
     func run() async throws {
-        try await cancelWhenGracefulShutdown { await feedAndReport() }
+        await cancelWhenGracefulShutdown { await feedAndReport() }
     }
 
     private func feedAndReport() async {

@@ -64,6 +64,9 @@ struct EmulatorCommand: AsyncParsableCommand {
         valueName: "DIR"))
     var generateTls: String?
 
+    @Flag(help: "HTTPS without HTTP/2: offer only http/1.1 by ALPN.")
+    var noHttp2 = false
+
     @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS advertised per connection.")
     var maxConcurrentStreams = 100
 
@@ -87,6 +90,9 @@ struct EmulatorCommand: AsyncParsableCommand {
             throw ValidationError("give --tls-cert/--tls-key or --generate-tls, not both")
         }
         guard (0...1).contains(resetRate) else { throw ValidationError("--reset-rate must be from 0 to 1") }
+        guard !noHttp2 || tlsCert != nil || generateTls != nil else {
+            throw ValidationError("--no-http2 needs HTTPS (--tls-cert/--tls-key or --generate-tls)")
+        }
         guard maxConcurrentStreams >= 1, (goawayEvery ?? 1) >= 1 else {
             throw ValidationError("--max-concurrent-streams and --goaway-every must be at least 1")
         }
@@ -107,7 +113,7 @@ struct EmulatorCommand: AsyncParsableCommand {
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
                                    rejectedVehicles: Set(rejectedVehicles))
         let options = HTTPServer.Options(
-            tls: try serverTLS(logger: logger),
+            tls: try serverTLS(logger: logger).map { noHttp2 ? $0.withoutHTTP2() : $0 },
             http2: .init(maximumConcurrentStreams: maxConcurrentStreams, goAwayEveryRequests: goawayEvery, resetShare: resetRate))
         let server: HTTPServer
         do {
