@@ -17,6 +17,8 @@ let package = Package(
         // Both already come with async-http-client: HTTPS and HTTP/2 for the emulator's server.
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        // Already comes with async-http-client: the CONNECT handshake for the HTTP/2 transport.
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.26.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
@@ -45,19 +47,27 @@ let package = Package(
             name: "FleetAuth",
             dependencies: ["CRSAShim", "JSON"]
         ),
-        // How HTTPS clients leave the process: trust anchors, proxy, HTTP version.
+        // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, and the
+        // HTTP/2 transport to Fleet Engine.
         .target(
             name: "Egress",
             dependencies: [
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
             ]
         ),
         .target(
             name: "FleetEngine",
             dependencies: [
                 "JSON", "FleetAuth", "Egress",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -144,7 +154,10 @@ let package = Package(
             name: "RemoteSignersTests",
             dependencies: ["RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON", "Egress"]
         ),
-        .testTarget(name: "FleetEngineTests", dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON"]),
+        .testTarget(
+            name: "FleetEngineTests",
+            dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON", "Egress", "HTTPServing"]
+        ),
         .testTarget(
             name: "RelayTests",
             dependencies: [

@@ -118,9 +118,11 @@ struct BenchCommand: AsyncParsableCommand {
                                                                         report: &report)
                 }
             }
-            for (scenario, cpu) in [("backlog drain", drainCPU), ("warm steady state", warmCPU)] {
+            let comparisons = [("backlog drain: relay CPU for the whole backlog", drainCPU),
+                               ("warm steady state: relay CPU per request (one fix each)", warmCPU)]
+            for (figure, cpu) in comparisons {
                 guard let https = cpu[.https], let plain = cpu[.plain] else { continue }
-                report.add("HTTPS overhead", "\(scenario): relay CPU per request, HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
+                report.add("HTTPS overhead", "\(figure), HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
                            "×", ratio: https / plain / Self.httpsOverheadCeiling, of: "the \(Self.httpsOverheadCeiling)× ceiling")
             }
             if until >= .steady {

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import NIOExtras
 import NIOSSL
 
 /// How the relay's HTTPS clients reach Fleet Engine and the signers' services:
@@ -52,16 +53,27 @@ public struct Egress: Sendable {
     /// caller's pool and timeout settings.
     public func clientConfiguration(for url: String, base: HTTPClient.Configuration = .init()) -> HTTPClient.Configuration {
         var configuration = base
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.certificateVerification = .fullVerification
-        if !additionalTrustRoots.isEmpty { tls.additionalTrustRoots = [.certificates(additionalTrustRoots)] }
-        configuration.tlsConfiguration = tls
+        configuration.tlsConfiguration = tlsConfiguration()
         configuration.httpVersion = httpVersion == .http1 ? .http1Only : .automatic
         if let server = proxyServer(for: url) {
             configuration.proxy = .server(host: server.host, port: server.port,
                                           authorization: server.credentials.map { .basic(username: $0.user, password: $0.password) })
         }
         return configuration
+    }
+
+    /// The relay's own HTTP/2 transport's TLS: the same verification, offering `alpn`.
+    func tlsContext(alpn: [String]) throws -> NIOSSLContext {
+        var tls = tlsConfiguration()
+        tls.applicationProtocols = alpn
+        return try NIOSSLContext(configuration: tls)
+    }
+
+    private func tlsConfiguration() -> TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.certificateVerification = .fullVerification
+        if !additionalTrustRoots.isEmpty { tls.additionalTrustRoots = [.certificates(additionalTrustRoots)] }
+        return tls
     }
 
     /// The proxy requests to `url` leave through: https only, unless `NO_PROXY` names the host.
@@ -94,6 +106,19 @@ public struct TransportFailure: Error, Sendable {
     }
 
     public static func describe(_ error: any Error) -> TransportFailure {
+        if let error = error as? ExchangeError {
+            switch error {
+            case .timedOut, .connectTimedOut: return TransportFailure(cause: "timeout", message: error.description)
+            default: break
+            }
+            return TransportFailure(cause: "connection", message: error.description)
+        }
+        if error is NIOHTTP1ProxyConnectHandler.Error {
+            return TransportFailure(cause: "proxy", message: "the HTTPS proxy refused the tunnel (\(error))")
+        }
+        if case .connectTimeout(let timeout) = error as? ChannelError {
+            return TransportFailure(cause: "timeout", message: "connecting timed out after \(timeout.nanoseconds / 1_000_000_000) s")
+        }
         if let error = error as? HTTPClientError {
             if error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
                 return TransportFailure(cause: "timeout", message: "\(error)")

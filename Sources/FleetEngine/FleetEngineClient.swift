@@ -1,21 +1,20 @@
-import AsyncHTTPClient
 import Egress
 import FleetAuth
 import Foundation
 import Logging
 import NIOCore
-import NIOHTTP1
 import Synchronization
 
 /// Fleet Engine's REST API for location updates over HTTPS (HTTP/2 where negotiated).
 /// Tokens are attached per request, never per connection.
 ///
-/// One HTTP/2 connection carries at most the server's stream limit (Fleet Engine's
-/// front ends advertise 100) and AsyncHTTPClient queues anything beyond it behind that
-/// one connection. So the client keeps `ceil(maximumInFlight / streamsPerConnection)`
-/// HTTP clients, each with its own connection, and sends each request on the one with
-/// the fewest requests under way. Over HTTP/1.1 the same clients pool up to
-/// `maximumInFlight` connections between them.
+/// Over HTTPS the requests travel on the relay's own HTTP/2 transport
+/// (`HTTP2ConnectionPool`): `ceil(maximumInFlight / streamsPerConnection)` connections,
+/// since one carries at most the server's stream limit (Fleet Engine's front ends
+/// advertise 100), each request on the one with the fewest under way. Over HTTP/1.1
+/// (`--http-version 1.1`, plain http, or a server that does not offer `h2`) they go
+/// over keep-alive connections, one request at a time each (`HTTP1ConnectionPool`).
+/// Both write a request's parts in one flush and build nothing per request beyond it.
 ///
 /// Threading: all methods may be called concurrently; the caller bounds concurrency.
 public final class FleetEngineClient: Sendable {
@@ -42,7 +41,7 @@ public final class FleetEngineClient: Sendable {
             self.egress = egress
         }
 
-        /// HTTP clients (so HTTP/2 connections) the in-flight limit needs.
+        /// HTTP/2 connections the in-flight limit needs.
         public var connectionCount: Int {
             max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection))
         }
@@ -64,35 +63,53 @@ public final class FleetEngineClient: Sendable {
     }
 
     public let configuration: Configuration
-    private let clients: [HTTPClient]
-    private let requestsUnderWay: Mutex<[Int]>
+    private let transport: Result<Transport, TransportFailure>
+    /// Set when the server did not offer `h2` with `--http-version auto`: HTTP/1.1 from then on.
+    private let http2Unavailable = Atomic(false)
+
+    private struct Transport: Sendable {
+        /// Nil when HTTP/1.1 is configured or the URL is plain http.
+        let http2: HTTP2ConnectionPool?
+        let http1: HTTP1ConnectionPool
+    }
 
     public init(configuration: Configuration) {
         self.configuration = configuration
-        var base = HTTPClient.Configuration()
-        let connectionCount = configuration.connectionCount
-        base.connectionPool = .init(
-            idleTimeout: .seconds(60),
-            concurrentHTTP1ConnectionsPerHostSoftLimit: (configuration.maximumInFlight + connectionCount - 1) / connectionCount)
-        // A connection that cannot be made fails its requests at once: the relay retries them with
-        // its own backoff, and a TLS or proxy refusal is reported when it happens, not after the timeout.
-        base.connectionPool.retryConnectionEstablishment = false
-        base.timeout = .init(connect: .seconds(10))
-        // Fleet Engine's answers are small JSON: a decompressor would be one more handler in
-        // every HTTP/2 stream's pipeline and an Accept-Encoding header on every request.
-        base.decompression = .disabled
-        // No tracing backend is bootstrapped; without this every request still builds a
-        // no-op span and its attributes (a few percent of the relay's CPU per request).
-        base.tracing.tracer = nil
-        let httpConfiguration = configuration.egress.clientConfiguration(for: configuration.baseURL, base: base)
-        self.clients = (0..<connectionCount).map { _ in
-            HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfiguration)
-        }
-        self.requestsUnderWay = Mutex(Array(repeating: 0, count: connectionCount))
+        self.transport = Self.transport(for: configuration)
     }
 
+    /// The pools for the base URL; what is wrong with it otherwise, reported by every request.
+    private static func transport(for configuration: Configuration) -> Result<Transport, TransportFailure> {
+        guard let url = URLComponents(string: configuration.baseURL), let scheme = url.scheme, scheme == "https" || scheme == "http",
+              let host = url.host, !host.isEmpty
+        else {
+            return .failure(TransportFailure(cause: "connection", message: "not an http(s) URL: \(configuration.baseURL)"))
+        }
+        let https = scheme == "https"
+        let port = url.port ?? (https ? 443 : 80)
+        let egress = configuration.egress
+        let timeout = TimeAmount(configuration.requestTimeout)
+        do {
+            let http2 = https && egress.httpVersion != .http1
+                ? try HTTP2ConnectionPool(host: host, port: port, egress: egress, connections: configuration.connectionCount,
+                                          offerHTTP1: egress.httpVersion == .automatic, connectTimeout: connectTimeout,
+                                          requestTimeout: timeout)
+                : nil
+            let http1 = try HTTP1ConnectionPool(host: host, port: port, egress: egress, tls: https,
+                                                maximumIdle: configuration.maximumInFlight, connectTimeout: connectTimeout,
+                                                requestTimeout: timeout)
+            return .success(Transport(http2: http2, http1: http1))
+        } catch {
+            return .failure(TransportFailure(cause: "tls", message: "TLS cannot be set up: \(error)"))
+        }
+    }
+
+    private static let connectTimeout = TimeAmount.seconds(10)
+
     public func shutdown() async {
-        for client in clients { try? await client.shutdown() }
+        guard case .success(let transport) = transport else { return }
+        await transport.http2?.shutdown()
+        await transport.http1.shutdown()
     }
 
     /// Sends one update. Transport failures (refused, reset, timeout, TLS) come back as a transient outcome.
@@ -102,16 +119,14 @@ public final class FleetEngineClient: Sendable {
     }
 
     public func send(_ request: FleetEngineRequest, token: String) async -> Response {
-        var httpRequest = HTTPClientRequest(url: configuration.baseURL + request.pathAndQuery)
-        httpRequest.method = HTTPMethod(rawValue: request.method)
-        httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
-        httpRequest.headers.add(name: "Content-Type", value: "application/json")
-        httpRequest.body = .bytes(ByteBuffer(bytes: request.bodyBytes))
-        switch await execute(httpRequest) {
-        case .success(let (status, headers, body)):
-            let retryAfter = RetryAfter.seconds(from: headers.first(name: "Retry-After"))
-            let outcome = FleetEngineOutcome.classify(status: status, retryAfterSeconds: retryAfter)
-            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : Self.errorMessage(body))
+        let exchange = EgressRequest(method: request.method, path: request.pathAndQuery, authorization: "Bearer " + token,
+                                     contentType: "application/json", body: ByteBuffer(bytes: request.bodyBytes))
+        switch await execute(exchange) {
+        case .success(let response):
+            let retryAfter = RetryAfter.seconds(from: response.retryAfter)
+            let outcome = FleetEngineOutcome.classify(status: response.status, retryAfterSeconds: retryAfter)
+            return Response(status: response.status, outcome: outcome,
+                            message: outcome == .accepted ? "" : Self.errorMessage(response.body))
         case .failure(let failure):
             return Response(status: 0, outcome: .transient(cause: failure.cause, retryAfterSeconds: nil), message: failure.message)
         }
@@ -119,46 +134,37 @@ public final class FleetEngineClient: Sendable {
 
     /// `GET` of a vehicle as Fleet Engine holds it (status and raw JSON body).
     public func fetchVehicle(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
-        var httpRequest = HTTPClientRequest(
-            url: configuration.baseURL + FleetEngineRequest.vehiclePath(provider: configuration.provider, vehicle: vehicle))
-        httpRequest.headers.add(name: "Authorization", value: "Bearer " + token)
-        switch await execute(httpRequest) {
-        case .success(let (status, _, body)): return VehicleFetch(status: status, body: String(buffer: body), failure: nil)
+        let exchange = EgressRequest(method: "GET", path: FleetEngineRequest.vehiclePath(provider: configuration.provider, vehicle: vehicle),
+                                     authorization: "Bearer " + token)
+        switch await execute(exchange) {
+        case .success(let response): return VehicleFetch(status: response.status, body: String(buffer: response.body), failure: nil)
         case .failure(let failure): return VehicleFetch(status: 0, body: "", failure: failure)
         }
     }
 
-    private func execute(_ request: HTTPClientRequest) async -> Result<(Int, HTTPHeaders, ByteBuffer), TransportFailure> {
-        let index = takeLeastBusyClient()
-        defer { release(index) }
+    private func execute(_ request: EgressRequest) async -> Result<EgressResponse, TransportFailure> {
+        let transport: Transport
+        switch self.transport {
+        case .success(let ready): transport = ready
+        case .failure(let failure): return .failure(failure)
+        }
         do {
-            let response = try await clients[index].execute(request, timeout: .init(configuration.requestTimeout))
-            let body = try await response.body.collect(upTo: 1 << 20)
-            if configuration.egress.httpVersion == .http2, response.version.major != 2 {
-                return .failure(TransportFailure(cause: "http_version", message: "Fleet Engine answered over HTTP/"
-                    + "\(response.version.major).\(response.version.minor), but --http-version 2 requires HTTP/2"))
+            if let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed) {
+                do {
+                    return .success(try await http2.execute(request))
+                } catch ExchangeError.http2NotNegotiated(let named) {
+                    guard configuration.egress.httpVersion == .automatic else {
+                        return .failure(TransportFailure(cause: "http_version", message: "Fleet Engine did not negotiate HTTP/2 (ALPN answered "
+                            + (named.map { "\"\($0)\"" } ?? "nothing") + "), but --http-version 2 requires it"))
+                    }
+                    http2Unavailable.store(true, ordering: .relaxed)
+                }
             }
-            return .success((Int(response.status.code), response.headers, body))
+            return .success(try await transport.http1.execute(request))
         } catch {
             let failure = TransportFailure.describe(error)
             return .failure(TransportFailure(cause: failure.cause, message: "request failed: \(failure.message)"))
         }
-    }
-
-    /// The client with the fewest requests under way: no client ever holds more than
-    /// `ceil(maximumInFlight / clients)`, so none queues behind its stream limit.
-    private func takeLeastBusyClient() -> Int {
-        guard clients.count > 1 else { return 0 }
-        return requestsUnderWay.withLock { counts in
-            let index = counts.indices.min { counts[$0] < counts[$1] }!
-            counts[index] += 1
-            return index
-        }
-    }
-
-    private func release(_ index: Int) {
-        guard clients.count > 1 else { return }
-        requestsUnderWay.withLock { $0[index] -= 1 }
     }
 
     /// `error.message` from a Google API error body, else the body's start.

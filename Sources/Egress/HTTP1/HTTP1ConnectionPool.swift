@@ -1,0 +1,108 @@
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// Keep-alive HTTP/1.1 connections to one origin, plain or TLS (ALPN `http/1.1`): a
+/// request takes an idle connection, or makes one, and gives it back when the answer is
+/// read whole. The caller bounds concurrency; `maximumIdle` connections are kept.
+/// A connection that cannot be made fails its request at once.
+public final class HTTP1ConnectionPool: Sendable {
+    private let origin: EgressOrigin
+    private let maximumIdle: Int
+    private let eventLoopGroup: any EventLoopGroup
+    /// Most recently used last, so that few connections stay busy and the others time out.
+    private let idle = Mutex<[HTTP1Connection]>([])
+
+    /// - Parameter tls: TLS to the origin with the egress's trust anchors, or nil for plain http.
+    public init(host: String, port: Int, egress: Egress, tls: Bool, maximumIdle: Int,
+                connectTimeout: TimeAmount, requestTimeout: TimeAmount,
+                eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) throws {
+        self.origin = EgressOrigin(host: host, port: port, tls: tls ? try egress.tlsContext(alpn: ["http/1.1"]) : nil,
+                                   proxy: tls ? egress.proxy.server(forHost: host) : nil,
+                                   connectTimeout: connectTimeout, requestTimeout: requestTimeout)
+        self.maximumIdle = max(1, maximumIdle)
+        self.eventLoopGroup = eventLoopGroup
+    }
+
+    public func execute(_ request: EgressRequest) async throws -> EgressResponse {
+        let connection = try await lease()
+        let response = try await connection.execute(request)
+        giveBack(connection)
+        return response
+    }
+
+    /// Closes the idle connections; those under way close as their requests end.
+    public func shutdown() async {
+        for connection in idle.withLock({ idle in defer { idle.removeAll() }; return idle }) { await connection.close() }
+    }
+
+    private func lease() async throws -> HTTP1Connection {
+        while let connection = idle.withLock({ $0.popLast() }) {
+            if connection.isUsable { return connection }
+        }
+        let connection = try await HTTP1Connection.connect(to: origin, on: eventLoopGroup.next()).get()
+        if Task.isCancelled {
+            giveBack(connection)
+            throw CancellationError()
+        }
+        return connection
+    }
+
+    private func giveBack(_ connection: HTTP1Connection) {
+        guard connection.isUsable else { return }
+        let kept = idle.withLock { idle in
+            guard idle.count < maximumIdle else { return false }
+            idle.append(connection)
+            return true
+        }
+        if !kept { Task { await connection.close() } }
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection.
+final class HTTP1Connection: Sendable {
+    private let channel: any Channel
+    private let handler: NIOLoopBound<HTTP1ExchangeHandler>
+    private let state: ConnectionState
+
+    private init(channel: any Channel, handler: HTTP1ExchangeHandler, state: ConnectionState) {
+        self.channel = channel
+        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+        self.state = state
+    }
+
+    /// False once the connection closed or must close (an unfinished or `Connection: close` answer).
+    var isUsable: Bool { state.isUsable }
+
+    /// Cancelling the caller's task ends the request at once and closes the connection.
+    func execute(_ request: EgressRequest) async throws -> EgressResponse {
+        let exchange = HTTP1Exchange(request)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { completion in
+                channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+            }
+        } onCancel: { [channel, handler] in
+            channel.eventLoop.execute { handler.value.cancel(exchange) }
+        }
+    }
+
+    func close() async {
+        try? await channel.close()
+    }
+
+    /// TCP, proxy tunnel and TLS when the origin has them, then the HTTP/1.1 codec.
+    static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP1Connection> {
+        EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in
+            if origin.tls != nil, let negotiated, negotiated != "http/1.1" {
+                throw ExchangeError.malformedResponse("TLS negotiated \(negotiated), not http/1.1")
+            }
+            let state = ConnectionState()
+            let handler = HTTP1ExchangeHandler(authority: origin.authority, requestTimeout: origin.requestTimeout, state: state)
+            try channel.pipeline.syncOperations.addHTTPClientHandlers()
+            try channel.pipeline.syncOperations.addHandler(handler)
+            return HTTP1Connection(channel: channel, handler: handler, state: state)
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import NIOCore
+import NIOHTTP2
+
+/// One request as the relay sends it: small, complete, and authorized per request.
+public struct EgressRequest: Sendable {
+    public var method: String
+    /// Path and query.
+    public var path: String
+    /// The whole `Authorization` value. Over HTTP/2 it is sent never-indexed, so a
+    /// token is never kept in the connection's header compression tables.
+    public var authorization: String?
+    public var contentType: String?
+    public var body: ByteBuffer?
+
+    public init(method: String, path: String, authorization: String? = nil, contentType: String? = nil, body: ByteBuffer? = nil) {
+        self.method = method
+        self.path = path
+        self.authorization = authorization
+        self.contentType = contentType
+        self.body = body
+    }
+}
+
+/// What came back: the status, the one header the relay reads, and the body.
+public struct EgressResponse: Sendable {
+    public var status: Int
+    public var retryAfter: String?
+    public var body: ByteBuffer
+
+    public init(status: Int, retryAfter: String?, body: ByteBuffer) {
+        self.status = status
+        self.retryAfter = retryAfter
+        self.body = body
+    }
+}
+
+/// Why an HTTP/2 exchange ended without an answer.
+public enum ExchangeError: Error, CustomStringConvertible, Sendable {
+    /// The server reset the stream (RST_STREAM) before answering.
+    case streamReset(HTTP2ErrorCode)
+    /// The server announced GOAWAY before it processed this stream; it may be sent again.
+    case refusedByGoAway
+    /// The connection was closing before the request was written; it may be sent again.
+    case notSent
+    /// The connection closed with the stream unanswered.
+    case connectionClosed
+    /// No answer within the request timeout; the stream was reset.
+    case timedOut(TimeAmount)
+    /// TCP, the proxy tunnel and the TLS handshake together took longer than the connect timeout.
+    case connectTimedOut(TimeAmount)
+    /// TLS did not negotiate `h2` (ALPN); the server named this protocol instead.
+    case http2NotNegotiated(String?)
+    /// The server answered with something that is not an HTTP/2 response.
+    case malformedResponse(String)
+    case responseTooLarge(Int)
+
+    /// The server has certainly not processed the request (RFC 9113 §8.7): sending it again
+    /// on another connection cannot apply it twice.
+    public var isSafeToRetry: Bool {
+        switch self {
+        case .refusedByGoAway, .notSent, .streamReset(.refusedStream): true
+        default: false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .streamReset(let code): "the server reset the stream (\(code))"
+        case .refusedByGoAway: "the server closed the connection (GOAWAY) before processing the request"
+        case .notSent: "the connection was closing before the request was sent"
+        case .connectionClosed: "the connection closed before the answer arrived"
+        case .timedOut(let timeout): "no answer within \(timeout.nanoseconds / 1_000_000) ms"
+        case .connectTimedOut(let timeout): "no connection (TCP, proxy tunnel, TLS) within \(timeout.nanoseconds / 1_000_000) ms"
+        case .http2NotNegotiated(let named):
+            "TLS did not negotiate HTTP/2 (ALPN answered \(named.map { "\"\($0)\"" } ?? "nothing"))"
+        case .malformedResponse(let reason): "malformed HTTP/2 response: \(reason)"
+        case .responseTooLarge(let limit): "response body larger than \(limit) bytes"
+        }
+    }
+}
