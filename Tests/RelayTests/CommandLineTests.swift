@@ -268,7 +268,7 @@ extension IntegrationTests {
 
         let relay = try RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
-            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL,
+            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile,
             "--kafka-property", "session.timeout.ms=6000", "--log-level", "info", "--metrics-port", String(metricsPort),
         ], environment: ["FLEET_RELAY_COMMIT_INTERVAL_MS": "200"])
         try await eventually("every vehicle's newest fix reached the emulator") {

@@ -50,6 +50,7 @@ extension IntegrationTests {
         environment["FLEET_RELAY_TOPIC"] = harness.topic
         environment["FLEET_RELAY_PROVIDER"] = harness.key.projectId
         environment["FLEET_RELAY_FLEET_ENGINE_URL"] = harness.emulatorURL
+        environment["FLEET_RELAY_CA_FILE"] = harness.caFile
         environment["FLEET_RELAY_METRICS_PORT"] = "\(metricsPort)"
         var peers: IntegrationTests.SignerEndToEndTests.Peers?
         if environment["FLEET_RELAY_KEY_FILE"] != nil {

@@ -90,7 +90,7 @@ extension IntegrationTests {
             let metricsPort = try freeLoopbackPort()
             let relay = try IntegrationTests.CommandLineTests.RunningProcess([
                 "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "relay",
-                "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "8",
+                "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--max-in-flight", "8",
                 "--max-pending-records", "400",
                 "--retry-initial-ms", "10", "--retry-max-ms", "200",
                 "--kafka-property", "session.timeout.ms=6000", "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1",

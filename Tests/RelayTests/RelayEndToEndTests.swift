@@ -176,7 +176,8 @@ extension IntegrationTests {
         let harness = try await RelayHarness(partitions: 1)
         let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 4)
         // Fleet Engine already holds a newer fix of every vehicle, as after a previous owner or a restart.
-        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId))
+        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId,
+                                                                 egress: try harness.egress()))
         let signer = LocalKeySigner(key: harness.key)
         for (id, event) in generated.newest {
             let vehicle = VehicleIdentity(kind: .vehicle, id: id)

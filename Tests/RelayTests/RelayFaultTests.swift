@@ -217,7 +217,7 @@ extension IntegrationTests.RelayFaultTests {
     static func relayProcess(_ harness: RelayHarness, keyPath: String, extra: [String] = []) throws -> RunningProcess {
         try RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "cli",
-            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--max-in-flight", "4",
+            "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--max-in-flight", "4",
             "--kafka-property", "session.timeout.ms=6000", "--log-level", "info", "--metrics-port", "0",
         ] + extra)
     }

@@ -35,8 +35,9 @@ final class RelayHarness: Sendable {
     }
 
     /// - Parameter https: serve the emulator over HTTPS (ALPN h2 and http/1.1) with a
-    ///   throwaway CA that the relays `startRelay` starts trust.
-    init(partitions: Int = 4, requireExistingVehicles: Bool = false, https: Bool = false,
+    ///   throwaway CA that the relays `startRelay` starts trust: the production path, by
+    ///   default; relay processes get the CA with `--ca-file caFile`.
+    init(partitions: Int = 4, requireExistingVehicles: Bool = false, https: Bool = true,
          http2: HTTP2ServerBehaviour = .init()) async throws {
         // Every fix time the emulator receives is kept, so tests can prove nothing was lost.
         var logger = Logger(label: "relay-test")
@@ -55,6 +56,9 @@ final class RelayHarness: Sendable {
         self.tls = tls
         self.emulatorURL = try await emulator.start(options: .init(tls: try tls?.serverTLS(), http2: http2))
     }
+
+    /// The emulator's CA, for a relay process's `--ca-file` (HTTPS, the default).
+    var caFile: String { tls?.caFile ?? "" }
 
     /// How relays reach the emulator: trusting its CA when it serves HTTPS.
     func egress(httpVersion: Egress.HTTPVersion = .automatic, proxy: EgressProxy = .none) throws -> Egress {

@@ -145,7 +145,8 @@ extension IntegrationTests {
     }
 
     static func replay(_ harness: RelayHarness, _ configuration: ReplayConfiguration) async throws -> ReplaySummary {
-        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId))
+        let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId,
+                                                                 egress: try harness.egress()))
         defer { Task { await client.shutdown() } }
         let replayer = Replayer(configuration: configuration, kafka: harness.kafka,
                                 sender: ReplaySender(client: client, tokens: TokenCache(signer: LocalKeySigner(key: harness.key))),
@@ -263,7 +264,7 @@ extension IntegrationTests {
         let events = try await Self.produceTimed(harness, vehicles: 300, steps: 2, start: WallClock.nowMilliseconds() - 3_600_000)
         let checkpoint = FileManager.default.temporaryDirectory.appendingPathComponent("replay-\(UUID().uuidString).json").path
         let base = ["replay", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--from", "-2h", "--to-end",
-                    "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--progress", "log"]
+                    "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--progress", "log"]
 
         let dryRun = try await IntegrationTests.CommandLineTests.RunningProcess(base + ["--dry-run"]).finish()
         #expect(dryRun.status == 0, "\(dryRun.stderr)")

@@ -76,7 +76,7 @@ extension IntegrationTests {
         let (signerArguments, environment) = signerArguments(setup, peers: peers)
         let relay = try CommandLineTests.RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "signer-\(setup)",
-            "--fleet-engine-url", harness.emulatorURL, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
             "--log-level", "debug", "--metrics-port", String(metricsPort), "--batch-linger-ms", "20",
         ] + signerArguments, environment: environment)
 
