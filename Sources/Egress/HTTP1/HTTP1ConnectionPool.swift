@@ -35,7 +35,7 @@ public final class HTTP1ConnectionPool: Sendable {
 
     /// Closes the idle connections; those under way close as their requests end.
     public func shutdown() async {
-        for connection in idle.withLock({ idle in defer { idle.removeAll() }; return idle }) { await connection.close() }
+        for connection in idle.withLock({ idle in defer { idle.removeAll() }; return idle }) { connection.close() }
     }
 
     private func lease() async throws -> HTTP1Connection {
@@ -57,41 +57,14 @@ public final class HTTP1ConnectionPool: Sendable {
             idle.append(connection)
             return true
         }
-        if !kept { Task { await connection.close() } }
+        if !kept { connection.close() }
     }
 }
 
-/// One keep-alive HTTP/1.1 connection.
-final class HTTP1Connection: Sendable {
-    private let channel: any Channel
-    private let handler: NIOLoopBound<HTTP1ExchangeHandler>
-    private let state: ConnectionState
+/// One keep-alive HTTP/1.1 connection, one request at a time.
+typealias HTTP1Connection = EgressConnection<HTTP1ExchangeHandler>
 
-    private init(channel: any Channel, handler: HTTP1ExchangeHandler, state: ConnectionState) {
-        self.channel = channel
-        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
-        self.state = state
-    }
-
-    /// False once the connection closed or must close (an unfinished or `Connection: close` answer).
-    var isUsable: Bool { state.isUsable }
-
-    /// Cancelling the caller's task ends the request at once and closes the connection.
-    func execute(_ request: EgressRequest) async throws -> EgressResponse {
-        let exchange = HTTP1Exchange(request)
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { completion in
-                channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
-            }
-        } onCancel: { [channel, handler] in
-            channel.eventLoop.execute { handler.value.cancel(exchange) }
-        }
-    }
-
-    func close() async {
-        try? await channel.close()
-    }
-
+extension EgressConnection where Handler == HTTP1ExchangeHandler {
     /// TCP, proxy tunnel and TLS when the origin has them, then the HTTP/1.1 codec.
     static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP1Connection> {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in

@@ -7,20 +7,14 @@ import NIOHTTP1
 /// cannot abandon a request and keep the connection.
 ///
 /// Everything here runs on the connection's event loop.
-final class HTTP1ExchangeHandler: ChannelInboundHandler {
+final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     typealias InboundIn = HTTPClientResponsePart
     typealias OutboundOut = HTTPClientRequestPart
 
-    typealias Completion = CheckedContinuation<EgressResponse, any Error>
-
     private struct Current {
-        let exchange: HTTP1Exchange
-        let completion: Completion
-        var timeout: Scheduled<Void>?
-        var status: Int?
-        var retryAfter: String?
+        let exchange: Exchange
+        let timeout: Scheduled<Void>
         var keepAlive = true
-        var body: ByteBuffer?
     }
 
     private let authority: String
@@ -43,7 +37,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
         self.context = nil
     }
 
-    func start(_ exchange: HTTP1Exchange, completion: Completion) {
+    func start(_ exchange: Exchange, completion: Exchange.Completion) {
         guard !exchange.isCancelled else {
             completion.resume(throwing: CancellationError())
             return
@@ -55,7 +49,8 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
         let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in
             fail(ExchangeError.timedOut(requestTimeout))
         }
-        current = Current(exchange: exchange, completion: completion, timeout: timeout)
+        exchange.completion = completion
+        current = Current(exchange: exchange, timeout: timeout)
 
         let request = exchange.request
         var headers = HTTPHeaders()
@@ -71,29 +66,25 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
     }
 
     /// The caller's task was cancelled: the request ends now and the connection closes.
-    func cancel(_ exchange: HTTP1Exchange) {
+    func cancel(_ exchange: Exchange) {
         exchange.isCancelled = true
         guard current?.exchange === exchange else { return }
         fail(CancellationError())
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard current != nil else { return }
+        guard let exchange = current?.exchange else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
             // An informational answer (100 Continue) precedes the real one.
-            guard head.status.code >= 200 else { return }
-            current!.status = Int(head.status.code)
-            current!.retryAfter = head.headers.first(name: "Retry-After")
-            current!.keepAlive = head.isKeepAlive
-        case .body(var bytes):
-            if current!.body == nil {
-                current!.body = bytes
-            } else {
-                current!.body!.writeBuffer(&bytes)
+            if exchange.receivedStatus(Int(head.status.code), retryAfter: head.headers.first(name: "Retry-After")) {
+                current?.keepAlive = head.isKeepAlive
             }
-            if current!.body!.readableBytes > HTTP2StreamsHandler.maximumBodyBytes {
-                fail(ExchangeError.responseTooLarge(HTTP2StreamsHandler.maximumBodyBytes))
+        case .body(var bytes):
+            do {
+                try exchange.receivedBody(&bytes)
+            } catch {
+                fail(error)
             }
         case .end:
             answer()
@@ -103,15 +94,10 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
     private func answer() {
         guard let finished = current else { return }
         current = nil
-        finished.timeout?.cancel()
-        guard let status = finished.status else {
-            finished.completion.resume(throwing: ExchangeError.malformedResponse("no status line"))
-            closeConnection()
-            return
-        }
-        if !finished.keepAlive { closeConnection() }
-        finished.completion.resume(returning: EgressResponse(status: status, retryAfter: finished.retryAfter,
-                                                             body: finished.body ?? ByteBuffer()))
+        finished.timeout.cancel()
+        // Without a status line the stream is not understood; what follows cannot be trusted.
+        if !finished.keepAlive || finished.exchange.status == nil { closeConnection() }
+        finished.exchange.completion?.resume(with: Result { try finished.exchange.response() })
     }
 
     /// Ends the request under way with `error` and closes the connection: what is left of
@@ -119,9 +105,9 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
     private func fail(_ error: any Error) {
         guard let failed = current else { return }
         current = nil
-        failed.timeout?.cancel()
+        failed.timeout.cancel()
         closeConnection()
-        failed.completion.resume(throwing: error)
+        failed.exchange.completion?.resume(throwing: error)
     }
 
     private func closeConnection() {
@@ -138,16 +124,5 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler {
         state.markUnusable()
         fail(ExchangeError.connectionClosed)
         context.fireChannelInactive()
-    }
-}
-
-/// One request on an HTTP/1.1 connection. Created by the caller's task, then touched
-/// only on the connection's event loop.
-final class HTTP1Exchange: @unchecked Sendable {
-    let request: EgressRequest
-    var isCancelled = false
-
-    init(_ request: EgressRequest) {
-        self.request = request
     }
 }

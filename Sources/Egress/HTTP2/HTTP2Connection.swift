@@ -3,36 +3,9 @@ import NIOHTTP2
 import NIOSSL
 
 /// One TLS connection speaking HTTP/2; requests are streams on it.
-final class HTTP2Connection: Sendable {
-    private let channel: any Channel
-    private let handler: NIOLoopBound<HTTP2StreamsHandler>
-    private let state: ConnectionState
+typealias HTTP2Connection = EgressConnection<HTTP2StreamsHandler>
 
-    private init(channel: any Channel, handler: HTTP2StreamsHandler, state: ConnectionState) {
-        self.channel = channel
-        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
-        self.state = state
-    }
-
-    /// False once the server said GOAWAY, the connection closed, or its stream IDs ran out.
-    var isAcceptingStreams: Bool { state.isUsable }
-
-    /// Cancelling the caller's task ends the request at once and resets its stream.
-    func execute(_ request: EgressRequest) async throws -> EgressResponse {
-        let exchange = HTTP2Exchange(request)
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { completion in
-                channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
-            }
-        } onCancel: { [channel, handler] in
-            channel.eventLoop.execute { handler.value.cancel(exchange) }
-        }
-    }
-
-    func close() async {
-        try? await channel.close()
-    }
-
+extension EgressConnection where Handler == HTTP2StreamsHandler {
     /// TCP, proxy tunnel and TLS, then HTTP/2 when ALPN chose `h2`.
     static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP2Connection> {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in

@@ -73,8 +73,8 @@ public final class HTTP2ConnectionPool: Sendable {
         }
         for slot in slots {
             switch slot {
-            case .ready(let connection): await connection.close()
-            case .connecting(let future): if let connection = try? await future.get() { await connection.close() }
+            case .ready(let connection): connection.close()
+            case .connecting(let future): (try? await future.get())?.close()
             case .empty: break
             }
         }
@@ -90,7 +90,7 @@ public final class HTTP2ConnectionPool: Sendable {
             }
             state.requestsUnderWay[index] += 1
             switch state.slots[index] {
-            case .ready(let connection) where connection.isAcceptingStreams:
+            case .ready(let connection) where connection.isUsable:
                 return (index, .ready(connection), false)
             case .connecting(let future):
                 return (index, .connecting(future), false)

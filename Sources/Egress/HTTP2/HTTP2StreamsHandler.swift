@@ -8,18 +8,15 @@ import NIOHTTP2
 /// flush. No per-stream channel or pipeline is built; a request is a dictionary entry.
 ///
 /// Everything here runs on the connection's event loop.
-final class HTTP2StreamsHandler: ChannelInboundHandler {
+final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
-    typealias Completion = CheckedContinuation<EgressResponse, any Error>
-
-    /// Bodies are small JSON; the per-stream window granted in SETTINGS covers the cap,
-    /// so stream windows never need updating.
-    static let maximumBodyBytes = 1 << 20
+    /// The per-stream window granted in SETTINGS covers the largest answer accepted, so
+    /// stream windows never need updating.
     static let initialSettings: HTTP2Settings = [
         HTTP2Setting(parameter: .enablePush, value: 0),
-        HTTP2Setting(parameter: .initialWindowSize, value: maximumBodyBytes),
+        HTTP2Setting(parameter: .initialWindowSize, value: Exchange.maximumBodyBytes),
         HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
     ]
     /// The connection window, raised once at the start and topped up as answers are read.
@@ -30,7 +27,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     private let requestTimeout: TimeAmount
     private let state: ConnectionState
     private var context: ChannelHandlerContext?
-    private var streams: [HTTP2StreamID: HTTP2Exchange] = [:]
+    private var streams: [HTTP2StreamID: Exchange] = [:]
     private var nextStreamNumber: Int32 = 1
     private var goingAway = false
     private var closeError: (any Error)?
@@ -62,7 +59,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     // MARK: Requests
 
-    func start(_ exchange: HTTP2Exchange, completion: Completion) {
+    func start(_ exchange: Exchange, completion: Exchange.Completion) {
         guard !exchange.isCancelled else {
             completion.resume(throwing: CancellationError())
             return
@@ -99,7 +96,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     /// The caller's task was cancelled: the request ends now with `CancellationError` and
     /// its stream is reset, so that the server stops working on it.
-    func cancel(_ exchange: HTTP2Exchange) {
+    func cancel(_ exchange: Exchange) {
         exchange.isCancelled = true
         guard let streamID = exchange.streamID, streams[streamID] === exchange else { return }
         fail(streamID, CancellationError())
@@ -161,9 +158,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
                 return
             }
             // An informational answer (100 Continue) precedes the real one.
-            guard status >= 200 else { return }
-            stream.status = status
-            stream.retryAfter = headers.headers.first(name: "retry-after")
+            guard stream.receivedStatus(status, retryAfter: headers.headers.first(name: "retry-after")) else { return }
         }
         if headers.endStream { answer(streamID) }
     }
@@ -172,13 +167,10 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         guard case .byteBuffer(var bytes) = data.data else { return }
         returnToWindow(bytes.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0), context: context)
         guard let stream = streams[streamID] else { return }
-        if stream.body == nil {
-            stream.body = bytes
-        } else {
-            stream.body!.writeBuffer(&bytes)
-        }
-        if stream.body!.readableBytes > Self.maximumBodyBytes {
-            fail(streamID, ExchangeError.responseTooLarge(Self.maximumBodyBytes))
+        do {
+            try stream.receivedBody(&bytes)
+        } catch {
+            fail(streamID, error)
             reset(streamID, context: context)
             return
         }
@@ -229,12 +221,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     /// Completes a stream with its answer.
     private func answer(_ streamID: HTTP2StreamID) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if let status = stream.status {
-            stream.completion?.resume(returning: EgressResponse(status: status, retryAfter: stream.retryAfter,
-                                                               body: stream.body ?? ByteBuffer()))
-        } else {
-            stream.completion?.resume(throwing: ExchangeError.malformedResponse("stream ended without a status"))
-        }
+        stream.completion?.resume(with: Result { try stream.response() })
         if let context { closeIfDrained(context: context) }
     }
 
@@ -287,21 +274,5 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
             if let context { reset(head.stream, context: context) }
         }
         armDeadlineTimer(on: eventLoop)
-    }
-}
-
-/// One request and what has come back of its answer so far. Created by the caller's
-/// task, then touched only on the connection's event loop.
-final class HTTP2Exchange: @unchecked Sendable {
-    let request: EgressRequest
-    var completion: HTTP2StreamsHandler.Completion?
-    var streamID: HTTP2StreamID?
-    var isCancelled = false
-    var status: Int?
-    var retryAfter: String?
-    var body: ByteBuffer?
-
-    init(_ request: EgressRequest) {
-        self.request = request
     }
 }

@@ -1,0 +1,91 @@
+import NIOCore
+import NIOHTTP2
+
+/// The channel handler at the end of a connection's pipeline, which runs its exchanges.
+/// Both are called on the connection's event loop.
+protocol ExchangeHandler: AnyObject, SendableMetatype {
+    func start(_ exchange: Exchange, completion: Exchange.Completion)
+    /// The caller's task was cancelled: end the exchange now, however far it got.
+    func cancel(_ exchange: Exchange)
+}
+
+/// One connection of a pool, HTTP/2 or HTTP/1.1 by its handler: requests hop onto its
+/// event loop, and cancelling the caller's task cancels the request there.
+final class EgressConnection<Handler: ExchangeHandler>: Sendable {
+    private let channel: any Channel
+    private let handler: NIOLoopBound<Handler>
+    private let state: ConnectionState
+
+    /// Called on the channel's event loop, where the handler lives.
+    init(channel: any Channel, handler: Handler, state: ConnectionState) {
+        self.channel = channel
+        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+        self.state = state
+    }
+
+    /// False once no new request may start on it (closed, GOAWAY, stream IDs used up,
+    /// an HTTP/1.1 answer that ended the connection).
+    var isUsable: Bool { state.isUsable }
+
+    func execute(_ request: EgressRequest) async throws -> EgressResponse {
+        let exchange = Exchange(request)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { completion in
+                channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+            }
+        } onCancel: { [channel, handler] in
+            channel.eventLoop.execute { handler.value.cancel(exchange) }
+        }
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+}
+
+/// One request and what has come back of its answer so far. Created by the caller's
+/// task, then touched only on the connection's event loop.
+final class Exchange: @unchecked Sendable {
+    typealias Completion = CheckedContinuation<EgressResponse, any Error>
+
+    /// Answers are small JSON; a larger one is refused rather than buffered.
+    static let maximumBodyBytes = 1 << 20
+
+    let request: EgressRequest
+    var completion: Completion?
+    var isCancelled = false
+    /// HTTP/2 only.
+    var streamID: HTTP2StreamID?
+    private(set) var status: Int?
+    private(set) var retryAfter: String?
+    private var body: ByteBuffer?
+
+    init(_ request: EgressRequest) {
+        self.request = request
+    }
+
+    /// The final status (≥ 200) and its Retry-After; informational answers are skipped.
+    /// False when it is informational.
+    func receivedStatus(_ status: Int, retryAfter: String?) -> Bool {
+        guard status >= 200 else { return false }
+        self.status = status
+        self.retryAfter = retryAfter
+        return true
+    }
+
+    /// Appends to the body; throws past `maximumBodyBytes`.
+    func receivedBody(_ bytes: inout ByteBuffer) throws {
+        if body == nil {
+            body = bytes
+        } else {
+            body!.writeBuffer(&bytes)
+        }
+        if body!.readableBytes > Self.maximumBodyBytes { throw ExchangeError.responseTooLarge(Self.maximumBodyBytes) }
+    }
+
+    /// The whole answer, once it ended.
+    func response() throws -> EgressResponse {
+        guard let status else { throw ExchangeError.malformedResponse("the answer ended without a status") }
+        return EgressResponse(status: status, retryAfter: retryAfter, body: body ?? ByteBuffer())
+    }
+}
