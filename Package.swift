@@ -156,7 +156,11 @@ let package = Package(
         ),
         .testTarget(
             name: "FleetEngineTests",
-            dependencies: ["FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON", "Egress", "HTTPServing"]
+            dependencies: [
+                "FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON", "Egress", "HTTPServing",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "RelayTests",

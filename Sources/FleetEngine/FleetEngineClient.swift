@@ -11,7 +11,8 @@ import Synchronization
 /// Over HTTPS the requests travel on the relay's own HTTP/2 transport
 /// (`HTTP2ConnectionPool`): `ceil(maximumInFlight / streamsPerConnection)` connections,
 /// since one carries at most the server's stream limit (Fleet Engine's front ends
-/// advertise 100), each request on the one with the fewest under way. Over HTTP/1.1
+/// advertise 100), and at least one per event loop, each request on the one with the
+/// fewest under way on the caller's event loop (see `connectionExecutors`). Over HTTP/1.1
 /// (`--http-version 1.1`, plain http, or a server that does not offer `h2`) they go
 /// over keep-alive connections, one request at a time each (`HTTP1ConnectionPool`).
 /// Both write a request's parts in one flush and build nothing per request beyond it.
@@ -77,6 +78,10 @@ public final class FleetEngineClient: Sendable {
         self.configuration = configuration
         self.transport = Self.transport(for: configuration)
     }
+
+    /// Executors on the event loops of the client's connections: a task preferring one
+    /// sends and is resumed on the same thread as its connection.
+    public var connectionExecutors: [any TaskExecutor] { EventLoopTaskExecutor.singletonLoops }
 
     /// The pools for the base URL; what is wrong with it otherwise, reported by every request.
     private static func transport(for configuration: Configuration) -> Result<Transport, TransportFailure> {

@@ -97,6 +97,9 @@ public struct LocationEventDecoder: Sendable {
     // MARK: Field rules
 
     static func validateVehicleId(_ id: String) throws(Rejection) {
+        // Nearly every id is short printable ASCII: one pass over the bytes settles it.
+        let utf8 = id.utf8
+        if utf8.count >= 1, utf8.count <= maximumVehicleIdLength, utf8.allSatisfy(isPlainIdByte) { return }
         let length = id.unicodeScalars.count
         guard length >= 1, length <= maximumVehicleIdLength else {
             throw Rejection(reason: .badVehicleId, detail: "vehicle_id must be 1 to \(maximumVehicleIdLength) characters long, not \(length).")
@@ -108,6 +111,16 @@ public struct LocationEventDecoder: Sendable {
             if scalar.properties.generalCategory == .control {
                 throw Rejection(reason: .badVehicleId, detail: "vehicle_id must not contain control characters.")
             }
+        }
+    }
+
+    /// Printable ASCII other than the characters a path segment must not hold.
+    private static func isPlainIdByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x21...0x7E: byte != UInt8(ascii: "/") && byte != UInt8(ascii: ":") && byte != UInt8(ascii: "\\")
+            && byte != UInt8(ascii: "?") && byte != UInt8(ascii: "#")
+        case 0x20: true
+        default: false
         }
     }
 

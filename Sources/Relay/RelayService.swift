@@ -182,8 +182,11 @@ public final class RelayService: Service, Sendable {
             group.addTask { await self.deadLetters.run() }
             group.addTask {
                 await withDiscardingTaskGroup { workers in
-                    for _ in 0..<self.configuration.maximumInFlight {
-                        workers.addTask { await self.work() }
+                    // Each worker runs on one event loop and sends on that loop's connections:
+                    // a request is written and its answer resumes the worker on the same thread.
+                    let executors = self.forwarder.client.connectionExecutors
+                    for index in 0..<self.configuration.maximumInFlight {
+                        workers.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
                     }
                 }
                 self.deadLetters.finishIntake()

@@ -65,7 +65,7 @@ struct FleetEngineOptions: ParsableArguments {
     @Option(help: "HTTP version to Fleet Engine: auto (HTTP/2 where TLS negotiates it), 1.1, or 2 (required; needs https).")
     var httpVersion: Egress.HTTPVersion = .automatic
 
-    @Option(help: "HTTP/2 streams per connection at most, the server's limit (Fleet Engine: 100); --max-in-flight is spread over ceil(max-in-flight / this) connections.")
+    @Option(help: "HTTP/2 streams per connection at most, the server's limit (Fleet Engine: 100); --max-in-flight is spread over ceil(max-in-flight / this) connections, at least one per core.")
     var streamsPerConnection = 100
 
     func validate() throws {

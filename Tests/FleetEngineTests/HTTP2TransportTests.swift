@@ -4,6 +4,7 @@ import FleetEngine
 import FleetEngineEmulator
 import Foundation
 import HTTPServing
+import NIOCore
 import Synchronization
 import Testing
 
@@ -85,7 +86,8 @@ import Testing
             await client.shutdown()
             #expect(outcomes.allSatisfy { $0 == .accepted }, "\(outcomes.filter { $0 != .accepted })")
             #expect(served.emulator.vehicles.count == 40)
-            #expect(served.emulator.transportStatistics?.connections == 1)
+            // The pool keeps one connection per event loop; beyond the stream limit requests wait.
+            #expect((served.emulator.transportStatistics?.connections ?? 0) <= System.coreCount)
         }
     }
 

@@ -1,5 +1,4 @@
 import NIOCore
-import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -39,15 +38,23 @@ public final class HTTP1ConnectionPool: Sendable {
     }
 
     private func lease() async throws -> HTTP1Connection {
-        while let connection = idle.withLock({ $0.popLast() }) {
+        while let connection = idle.withLock({ Self.takeLocalOrLast(&$0) }) {
             if connection.isUsable { return connection }
         }
-        let connection = try await HTTP1Connection.connect(to: origin, on: eventLoopGroup.next()).get()
+        let eventLoop = MultiThreadedEventLoopGroup.currentEventLoop ?? eventLoopGroup.next()
+        let connection = try await HTTP1Connection.connect(to: origin, on: eventLoop).get()
         if Task.isCancelled {
             giveBack(connection)
             throw CancellationError()
         }
         return connection
+    }
+
+    /// The most recently used connection on the caller's event loop, so that a task
+    /// running there needs no hop; else the most recently used.
+    private static func takeLocalOrLast(_ idle: inout [HTTP1Connection]) -> HTTP1Connection? {
+        if let index = idle.lastIndex(where: \.isLocal) { return idle.remove(at: index) }
+        return idle.popLast()
     }
 
     private func giveBack(_ connection: HTTP1Connection) {
@@ -65,7 +72,8 @@ public final class HTTP1ConnectionPool: Sendable {
 typealias HTTP1Connection = EgressConnection<HTTP1ExchangeHandler>
 
 extension EgressConnection where Handler == HTTP1ExchangeHandler {
-    /// TCP, proxy tunnel and TLS when the origin has them, then the HTTP/1.1 codec.
+    /// TCP, proxy tunnel and TLS when the origin has them, then the exchange handler, which
+    /// writes and reads HTTP/1.1 itself.
     static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP1Connection> {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in
             if origin.tls != nil, let negotiated, negotiated != "http/1.1" {
@@ -73,7 +81,6 @@ extension EgressConnection where Handler == HTTP1ExchangeHandler {
             }
             let state = ConnectionState()
             let handler = HTTP1ExchangeHandler(authority: origin.authority, requestTimeout: origin.requestTimeout, state: state)
-            try channel.pipeline.syncOperations.addHTTPClientHandlers()
             try channel.pipeline.syncOperations.addHandler(handler)
             return HTTP1Connection(channel: channel, handler: handler, state: state)
         }

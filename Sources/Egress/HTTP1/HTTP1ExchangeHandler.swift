@@ -1,19 +1,19 @@
 import NIOCore
-import NIOHTTP1
 
-/// The client end of one HTTP/1.1 keep-alive connection, one request at a time: the head,
-/// body and end of a request leave in one flush (one system call), the answer is collected
-/// whole. A request past its timeout, or cancelled, closes the connection, since HTTP/1.1
-/// cannot abandon a request and keep the connection.
+/// The client end of one HTTP/1.1 keep-alive connection, one request at a time. The relay's
+/// requests are small and all alike, so the handler writes each as one buffer (head and
+/// body, one system call) and reads answers with its own parser, without a codec's
+/// pipeline stages. A request past its timeout, or cancelled, closes the connection, since
+/// HTTP/1.1 cannot abandon a request and keep the connection.
 ///
 /// Everything here runs on the connection's event loop.
 final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundOut = HTTPClientRequestPart
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private struct Current {
         let exchange: Exchange
-        let timeout: Scheduled<Void>
+        let deadline: NIODeadline
         var keepAlive = true
     }
 
@@ -22,6 +22,10 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     private let state: ConnectionState
     private var context: ChannelHandlerContext?
     private var current: Current?
+    private var parser = HTTP1ResponseParser()
+    /// One timer per connection, re-armed for the request under way when it fires, instead
+    /// of one scheduled and cancelled per request.
+    private var timer: Scheduled<Void>?
 
     init(authority: String, requestTimeout: TimeAmount, state: ConnectionState) {
         self.authority = authority
@@ -34,6 +38,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
         self.context = nil
     }
 
@@ -46,23 +51,58 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
             completion.resume(throwing: ExchangeError.notSent)
             return
         }
-        let timeout = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in
-            fail(ExchangeError.timedOut(requestTimeout))
+        guard Self.fitsOnOneLine(exchange.request) else {
+            completion.resume(throwing: ExchangeError.invalidRequest("a header value holds a line break"))
+            return
         }
         exchange.completion = completion
-        current = Current(exchange: exchange, timeout: timeout)
+        current = Current(exchange: exchange, deadline: .now() + requestTimeout)
+        parser.reset()
+        if timer == nil { armTimer(at: current!.deadline, on: context.eventLoop) }
+        context.writeAndFlush(wrapOutboundOut(serialize(exchange.request, allocator: context.channel.allocator)), promise: nil)
+    }
 
-        let request = exchange.request
-        var headers = HTTPHeaders()
-        headers.reserveCapacity(5)
-        headers.add(name: "Host", value: authority)
-        if let authorization = request.authorization { headers.add(name: "Authorization", value: authorization) }
-        if let contentType = request.contentType { headers.add(name: "Content-Type", value: contentType) }
-        headers.add(name: "Content-Length", value: String(request.body?.readableBytes ?? 0))
-        let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method), uri: request.path, headers: headers)
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if let body = request.body { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    /// No line break in what goes into the head: a token from an outside signer must never
+    /// be able to add headers or a request.
+    private static func fitsOnOneLine(_ request: EgressRequest) -> Bool {
+        func plain(_ text: String?) -> Bool { text?.utf8.allSatisfy { $0 != 13 && $0 != 10 } ?? true }
+        return plain(request.path) && plain(request.authorization) && plain(request.contentType) && plain(request.method)
+    }
+
+    /// Request line, headers and body in one buffer.
+    private func serialize(_ request: EgressRequest, allocator: ByteBufferAllocator) -> ByteBuffer {
+        let bodyBytes = request.body?.readableBytes ?? 0
+        var buffer = allocator.buffer(capacity: 160 + request.path.utf8.count + (request.authorization?.utf8.count ?? 0) + bodyBytes)
+        buffer.writeString(request.method)
+        buffer.writeStaticString(" ")
+        buffer.writeString(request.path)
+        buffer.writeStaticString(" HTTP/1.1\r\nHost: ")
+        buffer.writeString(authority)
+        if let authorization = request.authorization {
+            buffer.writeStaticString("\r\nAuthorization: ")
+            buffer.writeString(authorization)
+        }
+        if let contentType = request.contentType {
+            buffer.writeStaticString("\r\nContent-Type: ")
+            buffer.writeString(contentType)
+        }
+        buffer.writeStaticString("\r\nContent-Length: ")
+        buffer.writeString(String(bodyBytes))
+        buffer.writeStaticString("\r\n\r\n")
+        if var body = request.body { buffer.writeBuffer(&body) }
+        return buffer
+    }
+
+    private func armTimer(at deadline: NIODeadline, on eventLoop: any EventLoop) {
+        timer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            timer = nil
+            guard let current else { return }
+            if current.deadline <= .now() {
+                fail(ExchangeError.timedOut(requestTimeout))
+            } else {
+                armTimer(at: current.deadline, on: eventLoop)
+            }
+        }
     }
 
     /// The caller's task was cancelled: the request ends now and the connection closes.
@@ -73,20 +113,33 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        guard current != nil else {
+            // Nothing was asked: the server is out of step, and the connection cannot be trusted.
+            closeConnection()
+            return
+        }
+        do {
+            for event in try parser.feed(&bytes) { receive(event) }
+        } catch {
+            fail(ExchangeError.malformedResponse(error.reason))
+        }
+    }
+
+    private func receive(_ event: HTTP1ResponseParser.Event) {
         guard let exchange = current?.exchange else { return }
-        switch unwrapInboundIn(data) {
-        case .head(let head):
-            // An informational answer (100 Continue) precedes the real one.
-            if exchange.receivedStatus(Int(head.status.code), retryAfter: head.headers.first(name: "Retry-After")) {
-                current?.keepAlive = head.isKeepAlive
-            }
+        switch event {
+        case .head(let status, let retryAfter, let keepAlive):
+            _ = exchange.receivedStatus(status, retryAfter: retryAfter)
+            current?.keepAlive = keepAlive
         case .body(var bytes):
             do {
                 try exchange.receivedBody(&bytes)
             } catch {
                 fail(error)
             }
-        case .end:
+        case .end(let leftover):
+            if leftover { current?.keepAlive = false }
             answer()
         }
     }
@@ -94,9 +147,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     private func answer() {
         guard let finished = current else { return }
         current = nil
-        finished.timeout.cancel()
-        // Without a status line the stream is not understood; what follows cannot be trusted.
-        if !finished.keepAlive || finished.exchange.status == nil { closeConnection() }
+        if !finished.keepAlive { closeConnection() }
         finished.exchange.completion?.resume(with: Result { try finished.exchange.response() })
     }
 
@@ -105,7 +156,6 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     private func fail(_ error: any Error) {
         guard let failed = current else { return }
         current = nil
-        failed.timeout.cancel()
         closeConnection()
         failed.exchange.completion?.resume(throwing: error)
     }
@@ -122,6 +172,9 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         state.markUnusable()
+        timer?.cancel()
+        // An answer without a length or chunks ends with the connection.
+        if current != nil, parser.endsWithConnection { answer() }
         fail(ExchangeError.connectionClosed)
         context.fireChannelInactive()
     }

@@ -3,8 +3,9 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// A fixed number of HTTP/2 connections to one origin, each request on the one with the
-/// fewest requests under way. A connection is made when first needed and made again
+/// A fixed number of HTTP/2 connections to one origin, at least one per event loop, each
+/// request on the one with the fewest requests under way, preferring those on the caller's
+/// event loop (a task running there sends and is resumed without a thread hop). A connection is made when first needed and made again
 /// when the server sent GOAWAY or it closed; the old one finishes its streams first.
 /// A connection that cannot be made fails the requests waiting for it at once, so the
 /// caller's backoff, not this pool, decides when to try again.
@@ -21,8 +22,10 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     private let origin: EgressOrigin
-    private let eventLoopGroup: any EventLoopGroup
+    /// Slot `i` connects on `eventLoops[i % eventLoops.count]`.
+    private let eventLoops: [any EventLoop]
     private let state: Mutex<Slots>
+    public var connectionCount: Int { state.withLock { $0.slots.count } }
 
     /// - Parameters:
     ///   - connections: how many connections; each carries up to the server's stream limit.
@@ -34,8 +37,8 @@ public final class HTTP2ConnectionPool: Sendable {
         self.origin = EgressOrigin(host: host, port: port, tls: try egress.tlsContext(alpn: offerHTTP1 ? ["h2", "http/1.1"] : ["h2"]),
                                    proxy: egress.proxy.server(forHost: host), connectTimeout: connectTimeout,
                                    requestTimeout: requestTimeout)
-        self.eventLoopGroup = eventLoopGroup
-        let count = max(1, connections)
+        self.eventLoops = eventLoopGroup.makeIterator().map { $0 }
+        let count = max(connections, eventLoops.count, 1)
         self.state = Mutex(Slots(slots: Array(repeating: .empty, count: count), requestsUnderWay: Array(repeating: 0, count: count)))
     }
 
@@ -80,12 +83,15 @@ public final class HTTP2ConnectionPool: Sendable {
         }
     }
 
-    /// The slot with the fewest requests under way, and its connection or the one being
-    /// made for it (`isNew` when this call started it).
+    /// The slot with the fewest requests under way, among those on the caller's event loop
+    /// when it runs on one, and its connection or the one being made for it (`isNew` when
+    /// this call started it).
     private func takeLeastBusySlot() -> (index: Int, lease: Slot, isNew: Bool) {
-        state.withLock { state in
-            var index = 0
-            for candidate in state.requestsUnderWay.indices where state.requestsUnderWay[candidate] < state.requestsUnderWay[index] {
+        let local = eventLoops.firstIndex { $0.inEventLoop }
+        return state.withLock { state in
+            let candidates = state.slots.indices.filter { local == nil || $0 % eventLoops.count == local }
+            var index = candidates[0]
+            for candidate in candidates where state.requestsUnderWay[candidate] < state.requestsUnderWay[index] {
                 index = candidate
             }
             state.requestsUnderWay[index] += 1
@@ -95,7 +101,7 @@ public final class HTTP2ConnectionPool: Sendable {
             case .connecting(let future):
                 return (index, .connecting(future), false)
             case .ready, .empty:
-                let future = HTTP2Connection.connect(to: origin, on: eventLoopGroup.next())
+                let future = HTTP2Connection.connect(to: origin, on: eventLoops[index % eventLoops.count])
                 state.slots[index] = .connecting(future)
                 return (index, .connecting(future), true)
             }

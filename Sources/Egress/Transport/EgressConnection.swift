@@ -27,11 +27,18 @@ final class EgressConnection<Handler: ExchangeHandler>: Sendable {
     /// an HTTP/1.1 answer that ended the connection).
     var isUsable: Bool { state.isUsable }
 
+    /// Whether the caller runs on this connection's event loop.
+    var isLocal: Bool { channel.eventLoop.inEventLoop }
+
     func execute(_ request: EgressRequest) async throws -> EgressResponse {
         let exchange = Exchange(request)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { completion in
-                channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+                if channel.eventLoop.inEventLoop {
+                    handler.value.start(exchange, completion: completion)
+                } else {
+                    channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+                }
             }
         } onCancel: { [channel, handler] in
             channel.eventLoop.execute { handler.value.cancel(exchange) }

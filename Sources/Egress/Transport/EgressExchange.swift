@@ -34,7 +34,7 @@ public struct EgressResponse: Sendable {
     }
 }
 
-/// Why an HTTP/2 exchange ended without an answer.
+/// Why an exchange ended without an answer.
 public enum ExchangeError: Error, CustomStringConvertible, Sendable {
     /// The server reset the stream (RST_STREAM) before answering.
     case streamReset(HTTP2ErrorCode)
@@ -50,8 +50,10 @@ public enum ExchangeError: Error, CustomStringConvertible, Sendable {
     case connectTimedOut(TimeAmount)
     /// TLS did not negotiate `h2` (ALPN); the server named this protocol instead.
     case http2NotNegotiated(String?)
-    /// The server answered with something that is not an HTTP/2 response.
+    /// The server answered with something that is not an HTTP response.
     case malformedResponse(String)
+    /// The request itself cannot be written (a line break in a header value).
+    case invalidRequest(String)
     case responseTooLarge(Int)
 
     /// The server has certainly not processed the request (RFC 9113 §8.7): sending it again
@@ -73,7 +75,8 @@ public enum ExchangeError: Error, CustomStringConvertible, Sendable {
         case .connectTimedOut(let timeout): "no connection (TCP, proxy tunnel, TLS) within \(timeout.nanoseconds / 1_000_000) ms"
         case .http2NotNegotiated(let named):
             "TLS did not negotiate HTTP/2 (ALPN answered \(named.map { "\"\($0)\"" } ?? "nothing"))"
-        case .malformedResponse(let reason): "malformed HTTP/2 response: \(reason)"
+        case .malformedResponse(let reason): "malformed response: \(reason)"
+        case .invalidRequest(let reason): "request not sent: \(reason)"
         case .responseTooLarge(let limit): "response body larger than \(limit) bytes"
         }
     }

@@ -113,7 +113,8 @@ public struct PipelineState<Waiter> {
 
     public let limits: Limits
     private var partitions: [TopicPartition: PartitionProgress] = [:]
-    private var lanes: [VehicleIdentity: VehicleLane] = [:]
+    private typealias Lanes = [VehicleIdentity: VehicleLane]
+    private var lanes: Lanes = [:]
     private var ready = Deque<VehicleIdentity>()
     private var deferred = Heap<DueVehicle>()
     private var waiters = Deque<Waiter>()
@@ -200,9 +201,10 @@ public struct PipelineState<Waiter> {
             actions.registered[source.topicPartition, default: 0] += 1
             switch record {
             case .fix(let fix):
-                lanes[fix.update.vehicle, default: VehicleLane(now: now)].queued.append(fix)
-                lanes[fix.update.vehicle]!.lastActive = now
-                schedule(fix.update.vehicle, now: now, &actions)
+                let lane = laneIndex(fix.update.vehicle, now: now)
+                lanes.values[lane].queued.append(fix)
+                lanes.values[lane].lastActive = now
+                schedule(fix.update.vehicle, at: lane, now: now, &actions)
             case .bad(let source, let reason, let detail):
                 orderDeadLetter(source, reason: reason, detail: detail, &actions)
             }
@@ -236,13 +238,11 @@ public struct PipelineState<Waiter> {
     public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery,
                                   now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
-        let vehicle = request.update.vehicle
-        if var lane = lanes[vehicle] {
-            lane.learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
-            if delivery.liveChecked, let checked = request.liveCheckEpoch { lane.verifiedEpoch = checked }
-            lane.tokenAttempts = 0
-            lane.awaitingTokenSince = nil
-            lanes[vehicle] = lane
+        if let index = lanes.index(forKey: request.update.vehicle) {
+            lanes.values[index].learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
+            if delivery.liveChecked, let checked = request.liveCheckEpoch { lanes.values[index].verifiedEpoch = checked }
+            lanes.values[index].tokenAttempts = 0
+            lanes.values[index].awaitingTokenSince = nil
         }
         switch delivery.outcome {
         case .accepted, .stale:
@@ -262,9 +262,9 @@ public struct PipelineState<Waiter> {
     /// vehicle was forgotten.
     @discardableResult
     private mutating func putBack(_ request: CoalescedRequest) -> Bool {
-        guard !intakeClosed, var lane = lanes[request.update.vehicle] else { return false }
-        lane.queued = (request.carried + [request.newest]).filter { owns($0.source) } + lane.queued
-        lanes[request.update.vehicle] = lane
+        guard !intakeClosed, let lane = lanes.index(forKey: request.update.vehicle) else { return false }
+        let unsent = (request.carried + [request.newest]).filter { owns($0.source) }
+        lanes.values[lane].queued.insert(contentsOf: unsent, at: 0)
         return true
     }
 
@@ -275,10 +275,10 @@ public struct PipelineState<Waiter> {
                                     now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
         let vehicle = request.update.vehicle
-        if putBack(request) {
-            lanes[vehicle]!.tokenAttempts = request.tokenAttempts + 1
-            lanes[vehicle]!.awaitingTokenSince = request.awaitingTokenSince ?? now
-            deferVehicle(vehicle, until: now + delay, &actions)
+        if putBack(request), let lane = lanes.index(forKey: vehicle) {
+            lanes.values[lane].tokenAttempts = request.tokenAttempts + 1
+            lanes.values[lane].awaitingTokenSince = request.awaitingTokenSince ?? now
+            deferVehicle(vehicle, at: lane, until: now + delay, &actions)
         }
         endRequest(request, now: now, &actions)
         return finished(actions)
@@ -320,9 +320,10 @@ public struct PipelineState<Waiter> {
         var actions = Actions()
         while let first = deferred.min, first.due <= now {
             deferred.removeMin()
-            guard lanes[first.vehicle]?.schedule == .deferred(until: first.due) else { continue }
-            lanes[first.vehicle]!.schedule = .idle
-            schedule(first.vehicle, now: now, &actions)
+            guard let lane = lanes.index(forKey: first.vehicle),
+                  lanes.values[lane].schedule == .deferred(until: first.due) else { continue }
+            lanes.values[lane].schedule = .idle
+            schedule(first.vehicle, at: lane, now: now, &actions)
         }
         if now >= nextSweep { forgetIdleVehicles(now: now) }
         serveWaiters(now: now, &actions)
@@ -365,19 +366,29 @@ public struct PipelineState<Waiter> {
 
     /// Puts a vehicle with fixes and nothing under way into the ready queue, or defers it
     /// until its minimum interval since the last request passed.
-    private mutating func schedule(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant, _ actions: inout Actions) {
-        guard let lane = lanes[vehicle], lane.wantsScheduling else { return }
-        if limits.minimumInterval > .zero, let lastSentAt = lane.lastSentAt, now < lastSentAt + limits.minimumInterval {
-            deferVehicle(vehicle, until: lastSentAt + limits.minimumInterval, &actions)
+    /// `lane` is the vehicle's index in `lanes`: each event looks a vehicle up once.
+    private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index, now: ContinuousClock.Instant,
+                                   _ actions: inout Actions) {
+        guard lanes.values[lane].wantsScheduling else { return }
+        if limits.minimumInterval > .zero, let lastSentAt = lanes.values[lane].lastSentAt,
+           now < lastSentAt + limits.minimumInterval {
+            deferVehicle(vehicle, at: lane, until: lastSentAt + limits.minimumInterval, &actions)
         } else {
-            lanes[vehicle]!.schedule = .ready
+            lanes.values[lane].schedule = .ready
             ready.append(vehicle)
         }
     }
 
-    private mutating func deferVehicle(_ vehicle: VehicleIdentity, until due: ContinuousClock.Instant,
+    /// The vehicle's lane, created when new.
+    private mutating func laneIndex(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant) -> Lanes.Index {
+        if let index = lanes.index(forKey: vehicle) { return index }
+        lanes[vehicle] = VehicleLane(now: now)
+        return lanes.index(forKey: vehicle)!
+    }
+
+    private mutating func deferVehicle(_ vehicle: VehicleIdentity, at lane: Lanes.Index, until due: ContinuousClock.Instant,
                                        _ actions: inout Actions) {
-        lanes[vehicle]!.schedule = .deferred(until: due)
+        lanes.values[lane].schedule = .deferred(until: due)
         deferred.insert(DueVehicle(due: due, vehicle: vehicle))
         if timerSleeping, due < timerDeadline {
             timerDeadline = due
@@ -389,24 +400,22 @@ public struct PipelineState<Waiter> {
     /// fixes not newer than what Fleet Engine holds finish as stale.
     private mutating func takeReadyRequest(now: ContinuousClock.Instant, _ actions: inout Actions) -> CoalescedRequest? {
         while let vehicle = ready.popFirst() {
-            guard var lane = lanes[vehicle], lane.schedule == .ready else { continue }
-            lane.schedule = .idle
+            guard let lane = lanes.index(forKey: vehicle), lanes.values[lane].schedule == .ready else { continue }
+            lanes.values[lane].schedule = .idle
+            let queued = lanes.values[lane].queued
+            lanes.values[lane].queued = []
             let coalesced = Coalescer.coalesce(
-                vehicle: vehicle, fixes: lane.queued.filter { owns($0.source) },
-                newestAcceptedMilliseconds: lane.newestKnownMilliseconds, pastLimit: limits.pastLocations)
-            lane.queued = coalesced.later
+                vehicle: vehicle, fixes: queued.allSatisfy { owns($0.source) } ? queued : queued.filter { owns($0.source) },
+                newestAcceptedMilliseconds: lanes.values[lane].newestKnownMilliseconds, pastLimit: limits.pastLocations)
+            lanes.values[lane].queued = coalesced.later
             for fix in coalesced.stale { finish(fix.source, &actions) }
             actions.staleFixes += coalesced.stale.count
-            guard var request = coalesced.request else {
-                lanes[vehicle] = lane
-                continue
-            }
-            if lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
-            request.tokenAttempts = lane.tokenAttempts
-            request.awaitingTokenSince = lane.awaitingTokenSince
-            lane.inFlight = request.cancellation
-            lane.lastSentAt = now
-            lanes[vehicle] = lane
+            guard var request = coalesced.request else { continue }
+            if lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+            request.tokenAttempts = lanes.values[lane].tokenAttempts
+            request.awaitingTokenSince = lanes.values[lane].awaitingTokenSince
+            lanes.values[lane].inFlight = request.cancellation
+            lanes.values[lane].lastSentAt = now
             requestsInFlight += 1
             for site in request.partitions { partitions[site.topicPartition]?.workUnderWay += 1 }
             return request
@@ -417,11 +426,10 @@ public struct PipelineState<Waiter> {
     private mutating func endRequest(_ request: CoalescedRequest, now: ContinuousClock.Instant, _ actions: inout Actions) {
         requestsInFlight -= 1
         endWork(on: request.partitions, &actions)
-        let vehicle = request.update.vehicle
-        if lanes[vehicle] != nil {
-            lanes[vehicle]!.inFlight = nil
-            lanes[vehicle]!.lastActive = now
-            schedule(vehicle, now: now, &actions)
+        if let lane = lanes.index(forKey: request.update.vehicle) {
+            lanes.values[lane].inFlight = nil
+            lanes.values[lane].lastActive = now
+            schedule(request.update.vehicle, at: lane, now: now, &actions)
         }
         serveWaiters(now: now, &actions)
     }

@@ -1,0 +1,192 @@
+import Egress
+import Foundation
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+
+/// The HTTP/1.1 connection pool against a scripted server that answers each request with
+/// the bytes a test chooses: what the server received, on which connection, and what the
+/// client made of the answer.
+@Suite struct HTTP1TransportTests {
+    /// A TCP server that reads whole requests (head plus `Content-Length` body) and answers
+    /// each with `script(request number, connection number)`: bytes, whether to close after
+    /// them, or nil to never answer.
+    final class ScriptedServer: Sendable {
+        struct Received: Sendable {
+            let connection: Int
+            let text: String
+        }
+
+        typealias Script = @Sendable (_ request: Int, _ connection: Int) -> (answer: String, close: Bool)?
+
+        let received = Mutex<[Received]>([])
+        private let connections = Mutex(0)
+        private let channel = Mutex<(any Channel)?>(nil)
+        let script: Script
+
+        init(script: @escaping Script) {
+            self.script = script
+        }
+
+        func start() async throws -> Int {
+            let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .childChannelInitializer { [self] child in
+                    let number = connections.withLock { $0 += 1; return $0 }
+                    return child.eventLoop.makeCompletedFuture {
+                        try child.pipeline.syncOperations.addHandler(RequestReader(server: self, connection: number))
+                    }
+                }
+                .bind(host: "127.0.0.1", port: 0).get()
+            channel.withLock { $0 = server }
+            return server.localAddress!.port!
+        }
+
+        func stop() async throws {
+            try await channel.withLock { $0 }?.close()
+        }
+
+        var connectionCount: Int { connections.withLock { $0 } }
+    }
+
+    final class RequestReader: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+        let server: ScriptedServer
+        let connection: Int
+        var pending = ""
+
+        init(server: ScriptedServer, connection: Int) {
+            self.server = server
+            self.connection = connection
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            pending += String(buffer: unwrapInboundIn(data))
+            while let request = takeRequest() {
+                let number = server.received.withLock { received in
+                    received.append(.init(connection: connection, text: request))
+                    return received.count
+                }
+                guard let (answer, close) = server.script(number, connection) else { continue }
+                let written = context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: answer)))
+                if close { written.whenComplete { [context] _ in context.close(promise: nil) } }
+            }
+        }
+
+        private func takeRequest() -> String? {
+            guard let headEnd = pending.range(of: "\r\n\r\n") else { return nil }
+            let head = pending[..<headEnd.lowerBound]
+            let length = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+            guard pending.utf8.count >= pending[..<headEnd.upperBound].utf8.count + length else { return nil }
+            let end = pending.utf8.index(headEnd.upperBound, offsetBy: length)
+            let request = String(pending[..<end])
+            pending = String(pending[end...])
+            return request
+        }
+    }
+
+    func pool(port: Int, requestTimeout: TimeAmount = .seconds(10)) throws -> HTTP1ConnectionPool {
+        try HTTP1ConnectionPool(host: "127.0.0.1", port: port, egress: .standard, tls: false, maximumIdle: 4,
+                                connectTimeout: .seconds(5), requestTimeout: requestTimeout)
+    }
+
+    func update(_ token: String = "Bearer a.b.c") -> EgressRequest {
+        EgressRequest(method: "PUT", path: "/v1/providers/p/vehicles/v1?updateMask=last_location",
+                      authorization: token, contentType: "application/json", body: ByteBuffer(string: "{\"x\":1}"))
+    }
+
+    @Test func requestGoesOutAsOneWellFormedMessageAndChunkedAnswersKeepTheConnection() async throws {
+        let server = ScriptedServer { _, _ in
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n3\r\n\":1\r\n1\r\n}\r\n0\r\n\r\n", false)
+        }
+        let port = try await server.start()
+        let client = try pool(port: port)
+        for _ in 0..<3 {
+            let response = try await client.execute(update())
+            #expect(response.status == 200)
+            #expect(String(buffer: response.body) == "{\"a\":1}")
+        }
+        let received = server.received.withLock { $0 }
+        #expect(received.count == 3)
+        #expect(Set(received.map(\.connection)) == [1], "keep-alive: all three on one connection")
+        #expect(received.first?.text == "PUT /v1/providers/p/vehicles/v1?updateMask=last_location HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+            + "Authorization: Bearer a.b.c\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"x\":1}")
+        await client.shutdown()
+        try await server.stop()
+    }
+
+    @Test func answerEndingWithTheConnectionIsReadWholeAndTheNextRequestUsesANewOne() async throws {
+        let server = ScriptedServer { request, _ in
+            request == 1 ? ("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\n\r\nback soon", true)
+                : ("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", false)
+        }
+        let port = try await server.start()
+        let client = try pool(port: port)
+        let first = try await client.execute(update())
+        #expect(first.status == 503)
+        #expect(first.retryAfter == "3")
+        #expect(String(buffer: first.body) == "back soon")
+        let second = try await client.execute(update())
+        #expect(second.status == 200)
+        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
+        await client.shutdown()
+        try await server.stop()
+    }
+
+    @Test func aLineBreakInAHeaderValueIsNeverSent() async throws {
+        let server = ScriptedServer { _, _ in ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false) }
+        let port = try await server.start()
+        let client = try pool(port: port)
+        await #expect(throws: ExchangeError.self) {
+            try await client.execute(update("Bearer a.b.c\r\nX-Injected: 1"))
+        }
+        let fine = try await client.execute(update())
+        #expect(fine.status == 200)
+        let received = server.received.withLock { $0 }
+        #expect(received.count == 1)
+        #expect(received.allSatisfy { !$0.text.contains("X-Injected") })
+        await client.shutdown()
+        try await server.stop()
+    }
+
+    @Test func unansweredRequestTimesOutAndClosesItsConnection() async throws {
+        let server = ScriptedServer { request, _ in
+            request == 1 ? nil : ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+        }
+        let port = try await server.start()
+        let client = try pool(port: port, requestTimeout: .milliseconds(300))
+        do {
+            _ = try await client.execute(update())
+            Issue.record("an unanswered request returned")
+        } catch let error as ExchangeError {
+            guard case .timedOut = error else { throw error }
+        }
+        let next = try await client.execute(update())
+        #expect(next.status == 200)
+        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
+        await client.shutdown()
+        try await server.stop()
+    }
+
+    @Test func malformedAnswerFailsTheRequestAndTheConnection() async throws {
+        let server = ScriptedServer { request, _ in
+            request == 1 ? ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false)
+                : ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+        }
+        let port = try await server.start()
+        let client = try pool(port: port)
+        do {
+            _ = try await client.execute(update())
+            Issue.record("a malformed answer was accepted")
+        } catch let error as ExchangeError {
+            guard case .malformedResponse(let reason) = error else { throw error }
+            #expect(reason == "invalid Content-Length \"x\"")
+        }
+        #expect(try await client.execute(update()).status == 200)
+        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
+        await client.shutdown()
+        try await server.stop()
+    }
+}
