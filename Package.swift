@@ -22,6 +22,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Input mapping files (YAML, and JSON as YAML).
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
         // librdkafka and its mock cluster, from the system (librdkafka-dev).
@@ -90,10 +92,15 @@ let package = Package(
             name: "FleetEngineEmulator",
             dependencies: ["CRSAShim", "JSON", "FleetAuth", "FleetEngine", "HTTPServing"]
         ),
+        // Record decoders: the native event, mappings and the built-in formats.
+        .target(
+            name: "InputFormats",
+            dependencies: ["JSON", "FleetAuth", "FleetEngine", .product(name: "Yams", package: "Yams")]
+        ),
         .target(
             name: "Relay",
             dependencies: [
-                "JSON", "Kafka", "FleetAuth", "FleetEngine",
+                "JSON", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
@@ -105,7 +112,7 @@ let package = Package(
         .target(
             name: "Replay",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "FleetEngine",
+                "Relay", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
@@ -126,7 +133,7 @@ let package = Package(
             name: "fleet-relay",
             dependencies: [
                 "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
-                "FleetSimulator", "OpsServer", "JSON", "Egress", "HTTPServing",
+                "FleetSimulator", "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -166,7 +173,7 @@ let package = Package(
             name: "RelayTests",
             dependencies: [
                 "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
-                "JSON", "OpsServer", "Egress", "HTTPServing",
+                "JSON", "OpsServer", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

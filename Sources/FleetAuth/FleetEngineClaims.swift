@@ -1,6 +1,6 @@
 import JSON
 
-/// The JWT Fleet Engine expects for one vehicle (contract: jwt.md).
+/// The JWT Fleet Engine expects for one vehicle (docs/jwt.md).
 public enum FleetEngineClaims {
     public static let audience = "https://fleetengine.googleapis.com/"
     /// Fleet Engine rejects tokens that expire more than an hour after they were issued.

@@ -1,4 +1,4 @@
-/// What the relay should do with a Fleet Engine answer (contract: fleet-engine.md).
+/// What the relay should do with a Fleet Engine answer (docs/fleet-engine.md).
 public enum FleetEngineOutcome: Sendable, Equatable {
     case accepted
     /// 401: the token was missing, bad or expired.

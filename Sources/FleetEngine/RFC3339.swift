@@ -54,6 +54,16 @@ public enum RFC3339 {
         return seconds * 1000 + milliseconds
     }
 
+    /// A date and time without an offset (`2026-11-22T21:00:00.123`, or with a space for the
+    /// `T`), read as if it were UTC: the caller applies the zone it is in.
+    public static func parseLocalMilliseconds(_ text: String) -> Int64? {
+        var utf8 = Array(text.utf8)
+        guard utf8.count >= 19, utf8.count < 40 else { return nil }
+        if utf8[10] == UInt8(ascii: " ") || utf8[10] == UInt8(ascii: "t") { utf8[10] = UInt8(ascii: "T") }
+        // The same grammar as with an offset: borrow it with a UTC designator.
+        return parseMilliseconds(String(decoding: utf8, as: UTF8.self) + "Z")
+    }
+
     /// UTC with millisecond precision: `2026-11-22T21:00:00.123Z`.
     public static func format(milliseconds: Int64) -> String {
         let totalSeconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000

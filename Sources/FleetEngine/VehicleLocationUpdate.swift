@@ -1,7 +1,7 @@
 import FleetAuth
 import JSON
 
-/// Which `VehicleLocation` fields carry the fix (contract: fleet-engine.md).
+/// Which `VehicleLocation` fields carry the fix (docs/fleet-engine.md).
 public enum LocationMode: String, Sendable, CaseIterable {
     /// `supplementalLocation*`: the documented path for locations relayed by a backend.
     case supplemental

@@ -2,7 +2,7 @@ import FleetAuth
 import JSON
 import Synchronization
 
-/// Checks a vehicle JWT the way Fleet Engine does (contract: jwt.md).
+/// Checks a vehicle JWT the way Fleet Engine does (docs/jwt.md).
 public struct TokenVerifier: Sendable {
     public enum Failure: Error, Equatable {
         /// 401: missing, malformed, badly signed, expired or otherwise invalid.

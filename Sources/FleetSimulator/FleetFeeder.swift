@@ -10,12 +10,14 @@ public struct FleetFeeder: Sendable {
     public let rate: Double
     /// Share of events replaced by malformed ones (0 for none).
     public let malformedShare: Double
+    public let format: SimulatedRecordFormat
 
-    public init(topic: String, vehicles: Int, rate: Double, malformedShare: Double = 0) {
+    public init(topic: String, vehicles: Int, rate: Double, malformedShare: Double = 0, format: SimulatedRecordFormat = .native) {
         self.topic = topic
         self.vehicles = vehicles
         self.rate = rate
         self.malformedShare = malformedShare
+        self.format = format
     }
 
     /// Feeds until `duration` elapses (forever when nil) or the task is cancelled.
@@ -35,10 +37,10 @@ public struct FleetFeeder: Sendable {
             while produced < due {
                 let index = next % vehicles
                 next += 1
-                let value = fleet.chance(malformedShare)
-                    ? fleet.malformedEvent(vehicle: index)
-                    : fleet.nextEvent(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock())
-                try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(value.utf8))
+                let record = fleet.chance(malformedShare)
+                    ? (key: Array(fleet.vehicles[index].id.utf8), value: Array(fleet.malformedEvent(vehicle: index).utf8))
+                    : format.record(of: fleet.nextFix(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock()))
+                try await producer.enqueue(topic: topic, key: record.key, value: record.value)
                 produced += 1
             }
             try? await Task.sleep(for: tick)

@@ -29,6 +29,13 @@ public struct SimulatedFleet: Sendable {
 
     /// Moves vehicle `index` forward by `seconds` and returns its event JSON.
     public mutating func nextEvent(vehicle index: Int, seconds: Double, recordedAtMilliseconds: Int64) -> String {
+        String(decoding: SimulatedRecordFormat.native.record(of: nextFix(vehicle: index, seconds: seconds,
+                                                                         recordedAtMilliseconds: recordedAtMilliseconds)).value,
+               as: UTF8.self)
+    }
+
+    /// Moves vehicle `index` forward by `seconds` and returns its fix.
+    public mutating func nextFix(vehicle index: Int, seconds: Double, recordedAtMilliseconds: Int64) -> SimulatedFix {
         var vehicle = vehicles[index]
         vehicle.heading = (vehicle.heading + random.uniform(-12, 12) + 360).truncatingRemainder(dividingBy: 360)
         vehicle.speed = min(25, max(0, vehicle.speed + random.uniform(-1, 1)))
@@ -40,18 +47,13 @@ public struct SimulatedFleet: Sendable {
         if vehicle.longitude > 180 { vehicle.longitude -= 360 }
         if vehicle.longitude < -180 { vehicle.longitude += 360 }
         vehicles[index] = vehicle
-
-        var event = JSONObjectWriter()
-        event.add("vehicle_id", vehicle.id)
-        event.add("lat", (vehicle.latitude * 1e6).rounded() / 1e6)
-        event.add("lng", (vehicle.longitude * 1e6).rounded() / 1e6)
-        event.add("recorded_at", RFC3339.format(milliseconds: recordedAtMilliseconds))
-        // Rounding can reach 360, which the contract excludes.
-        event.add("heading", ((vehicle.heading * 10).rounded() / 10).truncatingRemainder(dividingBy: 360))
-        event.add("speed_mps", (vehicle.speed * 10).rounded() / 10)
-        event.add("accuracy_m", (random.uniform(2, 12) * 10).rounded() / 10)
-        event.add("sensor", "GPS")
-        return event.json
+        return SimulatedFix(
+            vehicleId: vehicle.id, latitude: (vehicle.latitude * 1e6).rounded() / 1e6,
+            longitude: (vehicle.longitude * 1e6).rounded() / 1e6, recordedAtMilliseconds: recordedAtMilliseconds,
+            // Rounding can reach 360, which the event excludes.
+            heading: ((vehicle.heading * 10).rounded() / 10).truncatingRemainder(dividingBy: 360),
+            speedMetersPerSecond: (vehicle.speed * 10).rounded() / 10,
+            accuracyMeters: (random.uniform(2, 12) * 10).rounded() / 10)
     }
 
     /// A malformed event of a random kind, for showing the dead-letter path.

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import InputFormats
 import Kafka
 
 /// One request's worth of a vehicle's fixes.

@@ -1,3 +1,4 @@
+import InputFormats
 import Kafka
 
 /// Where a fix came from: enough to finish its offset and to dead-letter it unchanged.

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import InputFormats
 import Kafka
 
 /// Everything the relay needs to run, resolved from flags and environment.
@@ -9,6 +10,9 @@ public struct RelayConfiguration: Sendable {
     public var group: String
     public var deadLetterTopic: String
     public var defaultKind: VehicleKind
+    /// How records become events: nil for the native event, else a mapping (a file or a
+    /// built-in format).
+    public var inputMapping: InputMapping?
     /// Requests in flight at once (one per vehicle at most).
     public var maximumInFlight: Int
     /// Consumed-but-unfinished records above which fetching pauses.
@@ -32,7 +36,7 @@ public struct RelayConfiguration: Sendable {
     public var vehicleIdleTimeout: Duration
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
-                defaultKind: VehicleKind = .vehicle, maximumInFlight: Int = 64, maximumPendingRecords: Int = PipelineLimits.defaultMaximumPendingRecords,
+                defaultKind: VehicleKind = .vehicle, inputMapping: InputMapping? = nil, maximumInFlight: Int = 64, maximumPendingRecords: Int = PipelineLimits.defaultMaximumPendingRecords,
                 pastLocationsLimit: Int = Coalescer.defaultPastLimit, commitInterval: Duration = .seconds(1),
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
                 retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(20),
@@ -43,6 +47,7 @@ public struct RelayConfiguration: Sendable {
         self.group = group
         self.deadLetterTopic = deadLetterTopic ?? topic + ".dlq"
         self.defaultKind = defaultKind
+        self.inputMapping = inputMapping
         self.maximumInFlight = maximumInFlight
         self.maximumPendingRecords = maximumPendingRecords
         self.pastLocationsLimit = pastLocationsLimit
@@ -54,5 +59,21 @@ public struct RelayConfiguration: Sendable {
         self.minimumIntervalPerVehicle = minimumIntervalPerVehicle
         self.readyMaximumOutage = readyMaximumOutage
         self.vehicleIdleTimeout = vehicleIdleTimeout
+    }
+}
+
+extension RelayConfiguration {
+    /// The native event's decoder, or the input mapping's.
+    public func makeDecoder() -> any RecordDecoder {
+        guard let inputMapping else { return LocationEventDecoder(defaultKind: defaultKind) }
+        return MappedJSONDecoder(mapping: inputMapping, defaultKind: defaultKind)
+    }
+}
+
+extension InputRecord {
+    public init(_ record: KafkaRecord) {
+        self.init(key: record.key, value: record.value,
+                  headers: record.headers.map { Header(name: $0.name, value: $0.value) },
+                  timestampMilliseconds: record.timestampMilliseconds)
     }
 }

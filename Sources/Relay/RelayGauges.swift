@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import InputFormats
 import Kafka
 import Metrics
 

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import InputFormats
 import Kafka
 import Logging
 import ServiceLifecycle
@@ -22,7 +23,7 @@ public final class RelayService: Service, Sendable {
     private let tokens: TokenCache
     private let logLimiter = LogLimiter()
     private let pipeline: Pipeline
-    private let decoder: LocationEventDecoder
+    private let decoder: any RecordDecoder
     private let forwarder: UpdateForwarder
     private let deadLetters: DeadLetterWriter
     private let producer: KafkaProducer
@@ -39,7 +40,7 @@ public final class RelayService: Service, Sendable {
         self.logger = logger
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
-        self.decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
+        self.decoder = configuration.makeDecoder()
         self.pipeline = Pipeline(limits: .init(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords))
@@ -142,13 +143,22 @@ public final class RelayService: Service, Sendable {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
             let records = chunk.map { record -> ConsumedRecord in
                 let source = RecordSource(record)
-                switch decoder.decode(key: record.key, value: record.value) {
-                case .success(let update): return .fix(PendingFix(update: update, source: source))
-                case .failure(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+                switch decoder.decode(InputRecord(record)) {
+                case .update(let update): return .fix(PendingFix(update: update, source: source))
+                case .rejected(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+                case .skipped(let rule): return noteSkipped(source, rule: rule)
                 }
             }
             carryOut(pipeline.handle { $0.consume(records, now: .now) })
         }
+    }
+
+    /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.
+    private func noteSkipped(_ source: RecordSource, rule: String) -> ConsumedRecord {
+        if logLimiter.allow("skipped: " + rule).allowed {
+            logger.info("Skipping \(source.description): \(rule) (the input mapping's skip rule; committed, not sent)")
+        }
+        return .skipped(source)
     }
 
     /// Carries out what the pipeline asked for besides resuming workers: dead letters,
@@ -156,6 +166,7 @@ public final class RelayService: Service, Sendable {
     private func carryOut(_ actions: Pipeline.Actions) {
         if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
         if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
+        if actions.skippedRecords > 0 { statistics.recordFinished(.skipped, count: actions.skippedRecords) }
         for order in actions.deadLetters {
             deadLetters.submit(order) { [self] in
                 statistics.recordDeadLetter(reason: order.reason)

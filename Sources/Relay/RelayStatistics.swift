@@ -16,6 +16,8 @@ public final class RelayStatistics: Sendable {
         case superseded
         /// Not newer than what Fleet Engine already holds; never sent.
         case stale
+        /// Left out by a skip rule of the input mapping (a delete, a message without a fix).
+        case skipped
     }
 
     public let consumed = Atomic<Int>(0)
@@ -23,6 +25,7 @@ public final class RelayStatistics: Sendable {
     public let accepted = Atomic<Int>(0)
     public let superseded = Atomic<Int>(0)
     public let stale = Atomic<Int>(0)
+    public let skipped = Atomic<Int>(0)
     public let deadLettered = Atomic<Int>(0)
     public let requestsAccepted = Atomic<Int>(0)
     public let requestsFailed = Atomic<Int>(0)
@@ -59,6 +62,7 @@ public final class RelayStatistics: Sendable {
         case .deadLettered: deadLettered.add(count, ordering: .relaxed)
         case .superseded: superseded.add(count, ordering: .relaxed)
         case .stale: stale.add(count, ordering: .relaxed)
+        case .skipped: skipped.add(count, ordering: .relaxed)
         }
         finishedCounters[outcome]?.increment(by: count)
     }
@@ -103,6 +107,7 @@ public final class RelayStatistics: Sendable {
         public var superseded = 0
         public var stale = 0
         public var deadLettered = 0
+        public var skipped = 0
         public var requestsAccepted = 0
         public var requestsFailed = 0
         public var retries = 0
@@ -110,7 +115,7 @@ public final class RelayStatistics: Sendable {
         public var commits = 0
 
         /// Records that reached a final outcome.
-        public var finished: Int { accepted + superseded + stale + deadLettered }
+        public var finished: Int { accepted + superseded + stale + deadLettered + skipped }
     }
 
     public var snapshot: Snapshot {
@@ -118,7 +123,7 @@ public final class RelayStatistics: Sendable {
             consumed: consumed.load(ordering: .relaxed), accepted: accepted.load(ordering: .relaxed),
             superseded: superseded.load(ordering: .relaxed),
             stale: stale.load(ordering: .relaxed),
-            deadLettered: deadLettered.load(ordering: .relaxed),
+            deadLettered: deadLettered.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
             timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed))

@@ -7,6 +7,8 @@ public struct ReplaySummary: Sendable, Equatable {
     /// In the offset range but stamped outside `--from`/`--to`.
     public var outsideWindow = 0
     public var bad = 0
+    /// Left out by the input mapping's skip rules.
+    public var skipped = 0
     public var deadLettered = 0
     public var vehicles = 0
     /// Settled by an earlier run with the same checkpoint.
@@ -31,6 +33,7 @@ public struct ReplaySummary: Sendable, Equatable {
             ("records read", "\(recordsRead)"),
             ("outside the time window", "\(outsideWindow)"),
             ("bad", "\(bad)" + (bad > 0 ? " (\(deadLettered) dead-lettered)" : "")),
+            ("skipped by the input mapping", "\(skipped)"),
             ("vehicles", "\(vehicles)"),
         ]
         if alreadySettled > 0 { rows.append(("settled by an earlier run", "\(alreadySettled)")) }

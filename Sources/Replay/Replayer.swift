@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetEngine
 import Foundation
+import InputFormats
 import Kafka
 import Logging
 import Metrics
@@ -25,6 +26,8 @@ public struct ReplayConfiguration: Sendable {
     /// nil: bad records are only counted.
     public var deadLetterTopic: String?
     public var defaultKind: VehicleKind
+    /// nil: the native event.
+    public var inputMapping: InputMapping?
     public var pastLimit: Int
     public var retryPolicy: RetryPolicy
     /// How long one vehicle's update may keep failing transiently before it counts as failed.
@@ -33,6 +36,7 @@ public struct ReplayConfiguration: Sendable {
     public init(topic: String, partitions: [Int32]? = nil, fromMilliseconds: Int64, toMilliseconds: Int64?,
                 rate: Double? = nil, maximumInFlight: Int = 16, dryRun: Bool = false, checkpointPath: String? = nil,
                 force: Bool = false, deadLetterTopic: String? = nil, defaultKind: VehicleKind = .vehicle,
+                inputMapping: InputMapping? = nil,
                 pastLimit: Int = 100, retryPolicy: RetryPolicy = RetryPolicy(), retryDeadline: Duration = .seconds(120)) {
         self.topic = topic
         self.partitions = partitions
@@ -45,6 +49,7 @@ public struct ReplayConfiguration: Sendable {
         self.force = force
         self.deadLetterTopic = deadLetterTopic
         self.defaultKind = defaultKind
+        self.inputMapping = inputMapping
         self.pastLimit = pastLimit
         self.retryPolicy = retryPolicy
         self.retryDeadline = retryDeadline
@@ -190,7 +195,8 @@ public final class Replayer: Sendable {
         try await reader.assign(windows.filter { $0.records > 0 }.map {
             TopicPartitionOffset(TopicPartition(topic: configuration.topic, partition: $0.partition), offset: $0.start)
         })
-        let decoder = LocationEventDecoder(defaultKind: configuration.defaultKind)
+        let decoder: any RecordDecoder = configuration.inputMapping.map { MappedJSONDecoder(mapping: $0, defaultKind: configuration.defaultKind) }
+            ?? LocationEventDecoder(defaultKind: configuration.defaultKind)
         var lastProgress = ContinuousClock.now
         while !remaining.isEmpty, !Task.isCancelled {
             let (records, reachedEnd) = try await reader.poll(maximum: 2000)
@@ -204,10 +210,12 @@ public final class Replayer: Sendable {
                     summary.outsideWindow += 1
                     continue
                 }
-                switch decoder.decode(key: record.key, value: record.value) {
-                case .success(let update):
+                switch decoder.decode(InputRecord(record)) {
+                case .update(let update):
                     coalescer.add(update.fix, for: update.vehicle)
-                case .failure(let rejection):
+                case .skipped:
+                    summary.skipped += 1
+                case .rejected(let rejection):
                     summary.bad += 1
                     Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
                     deadLetters?.submit(DeadLetterOrder(source: RecordSource(record), reason: rejection.reason.rawValue,

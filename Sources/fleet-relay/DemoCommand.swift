@@ -5,6 +5,7 @@ import FleetEngine
 import FleetEngineEmulator
 import FleetSimulator
 import Foundation
+import InputFormats
 import Kafka
 import Logging
 import Relay
@@ -24,6 +25,9 @@ struct DemoCommand: AsyncParsableCommand {
 
     @Option(help: "Share of events (0–1) sent malformed, to show the dead-letter path.")
     var malformedShare = 0.005
+
+    @Option(help: "Shape of the simulated records, read by the relay as the --input-format of the same name: \(SimulatedRecordFormat.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var format: SimulatedRecordFormat = .native
 
     @Option(help: "Partitions of the demo topic.")
     var partitions = 4
@@ -68,13 +72,15 @@ struct DemoCommand: AsyncParsableCommand {
         let egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], httpVersion: httpVersion)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId, egress: egress))
         let relay = try RelayService(
-            configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo"),
+            configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo",
+                                              inputMapping: format == .native ? nil : BuiltInFormat(rawValue: format.rawValue)?.mapping),
             client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles), malformedShare: malformedShare)
+        let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles), malformedShare: malformedShare,
+                                 format: format)
         Console.line("fleet-relay demo: mock Kafka at \(cluster.bootstrapServers), Fleet Engine emulator at \(emulatorURL)"
             + (plainHttp ? " (plain HTTP/1.1)" : " (HTTPS, throwaway CA)"))
-        Console.line("feeding \(vehicles) vehicles at \(feeder.rate) events/s into '\(topic)' (\(partitions) partitions); Ctrl-C stops")
+        Console.line("feeding \(vehicles) vehicles at \(feeder.rate) events/s into '\(topic)' (\(partitions) partitions) as \(format.rawValue) records; Ctrl-C stops")
 
         let sideshow = DemoSideshow(feeder: feeder, producer: producer, relay: relay, emulator: emulator,
                                     duration: duration.map { .milliseconds(Int64($0 * 1000)) })

@@ -7,7 +7,7 @@ struct FleetRelay: AsyncParsableCommand {
         abstract: "Relays vehicle locations from Kafka to Google Fleet Engine.",
         discussion: "Every flag can also be set with FLEET_RELAY_<FLAG_IN_UPPER_SNAKE>; the command line wins.",
         version: FleetRelayVersion.current,
-        subcommands: [RunCommand.self, ReplayCommand.self, TokenCommand.self, DemoCommand.self, EmulatorCommand.self, SimulateCommand.self]
+        subcommands: [RunCommand.self, ReplayCommand.self, TokenCommand.self, MappingCommand.self, DemoCommand.self, EmulatorCommand.self, SimulateCommand.self]
     )
 }
 
@@ -19,7 +19,7 @@ enum FleetRelayVersion {
 enum FleetRelayMain {
     static func main() async {
         let subcommands: [String: any ParsableCommand.Type] = [
-            "run": RunCommand.self, "replay": ReplayCommand.self, "token": TokenCommand.self, "demo": DemoCommand.self, "emulator": EmulatorCommand.self, "simulate": SimulateCommand.self,
+            "run": RunCommand.self, "replay": ReplayCommand.self, "token": TokenCommand.self, "demo": DemoCommand.self, "emulator": EmulatorCommand.self, "simulate": SimulateCommand.self, "mapping": MappingCommand.self,
         ]
         let resolution = EnvironmentArguments.resolve(
             arguments: Array(CommandLine.arguments.dropFirst()), environment: ProcessInfo.processInfo.environment,

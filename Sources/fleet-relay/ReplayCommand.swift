@@ -82,6 +82,7 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "Progress display: auto (a bar on a terminal, log lines every 10 s otherwise), bar or log.")
     var progress: ProgressStyleArgument = .auto
 
+    @OptionGroup var input: InputOptions
     @OptionGroup var signer: SignerOptions
     @OptionGroup var egressOptions: EgressOptions
     @OptionGroup var fleetEngine: FleetEngineOptions
@@ -121,13 +122,14 @@ struct ReplayCommand: AsyncParsableCommand {
         let logger = Logger(label: "fleet-relay.replay")
         let kafkaConfiguration = try kafka.validatedConfiguration()
         let (fromMilliseconds, toMilliseconds) = try window()
+        let inputMapping = try input.mapping()
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current, mode: "replay")
         let sender = try await makeSender(logger: logger)
         let configuration = ReplayConfiguration(
             topic: topic, partitions: try partitionList(), fromMilliseconds: fromMilliseconds, toMilliseconds: toMilliseconds,
             rate: rate > 0 ? rate : nil, maximumInFlight: fleetEngine.maxInFlight, dryRun: dryRun,
             checkpointPath: checkpoint, force: force, deadLetterTopic: noDeadLetter ? nil : deadLetterTopic ?? topic + ".dlq",
-            defaultKind: kind, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
+            defaultKind: kind, inputMapping: inputMapping, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
         let style: ReplayProgress.Style = switch progress {
         case .auto: ReplayProgress.automaticStyle()
         case .bar: .bar

@@ -36,6 +36,7 @@ struct RunCommand: AsyncParsableCommand {
     @OptionGroup var signer: SignerOptions
     @OptionGroup var egressOptions: EgressOptions
     @OptionGroup var fleetEngine: FleetEngineOptions
+    @OptionGroup var input: InputOptions
     @OptionGroup var pipeline: PipelineOptions
     @OptionGroup var logging: LoggingOptions
 
@@ -46,6 +47,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         logging.bootstrap()
         let logger = Logger(label: "fleet-relay")
+        let inputMapping = try input.mapping()
         for flag in pipeline.ignoredFlags {
             logger.warning("\(flag) has no effect any more: a fix goes out as soon as its vehicle has no request under way")
         }
@@ -60,6 +62,7 @@ struct RunCommand: AsyncParsableCommand {
             kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight,
             requestTimeoutSeconds: fleetEngine.requestTimeout)
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
+        relayConfiguration.inputMapping = inputMapping
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay: RelayService
         do {
@@ -70,7 +73,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         logger.info("fleet-relay \(FleetRelayVersion.current) starting", metadata: [
             "brokers": "\(kafka.brokers)", "topic": "\(topic)", "group": "\(group)",
-            "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)",
+            "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)", "input": "\(input.name)",
             "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
             "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
             "token_scope": "\(signer.tokenScope.rawValue)", "http_version": "\(fleetEngine.httpVersion.rawValue)",

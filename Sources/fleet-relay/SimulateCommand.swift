@@ -3,6 +3,8 @@ import FleetSimulator
 import Kafka
 import Logging
 import ServiceLifecycle
+
+extension SimulatedRecordFormat: ExpressibleByArgument {}
 import Synchronization
 
 struct SimulateCommand: AsyncParsableCommand {
@@ -27,6 +29,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Share of events (0–1) sent malformed, to exercise the dead-letter path.")
     var malformedShare = 0.0
 
+    @Option(help: "Shape of the records: \(SimulatedRecordFormat.allCases.map(\.rawValue).joined(separator: ", ")) (the relay's --input-format of the same name reads them).")
+    var format: SimulatedRecordFormat = .native
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -46,8 +51,8 @@ struct SimulateCommand: AsyncParsableCommand {
             throw StartupError(error.message)
         }
         let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles),
-                                 malformedShare: malformedShare)
-        logger.info("Feeding \(topic) with \(vehicles) vehicles at \(feeder.rate) events/s")
+                                 malformedShare: malformedShare, format: format)
+        logger.info("Feeding \(topic) with \(vehicles) vehicles at \(feeder.rate) events/s as \(format.rawValue) records")
         let feeding = FeedingService(feeder: feeder, producer: producer,
                                      duration: duration.map { .milliseconds(Int64($0 * 1000)) })
         let services = ServiceGroup(configuration: .init(

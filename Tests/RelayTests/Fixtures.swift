@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// Sample records from the contract (copied into Fixtures/ from shared/contract).
+/// Sample records of docs/events.md.
 struct SampleRecord {
     let key: [UInt8]?
     let value: [UInt8]

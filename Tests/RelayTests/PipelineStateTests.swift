@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetEngine
 import FleetSimulator
+import InputFormats
 import Kafka
 import Relay
 import Testing

@@ -1,17 +1,21 @@
 import DequeModule
 import FleetAuth
 import HeapModule
+import InputFormats
 import Kafka
 
 /// A consumed record as the pipeline takes it: a decoded fix, or a record to dead-letter.
 public enum ConsumedRecord: Sendable {
     case fix(PendingFix)
     case bad(RecordSource, reason: String, detail: String)
+    /// Left out by the input mapping: finished as it is taken in.
+    case skipped(RecordSource)
 
     var source: RecordSource {
         switch self {
         case .fix(let fix): fix.source
         case .bad(let source, _, _): source
+        case .skipped(let source): source
         }
     }
 }
@@ -71,6 +75,8 @@ public struct PipelineActions<Waiter> {
     public var workFinished = false
     /// Fixes finished unsent because Fleet Engine holds one at least as new.
     public var staleFixes = 0
+    /// Records finished as taken in: the input mapping skipped them.
+    public var skippedRecords = 0
     /// Records taken in, per partition.
     public var registered: [TopicPartition: Int] = [:]
     /// Requests under way on partitions being revoked: cancel them, so the revoke need not
@@ -207,6 +213,9 @@ public struct PipelineState<Waiter> {
                 schedule(fix.update.vehicle, at: lane, now: now, &actions)
             case .bad(let source, let reason, let detail):
                 orderDeadLetter(source, reason: reason, detail: detail, &actions)
+            case .skipped(let source):
+                finish(source, &actions)
+                actions.skippedRecords += 1
             }
         }
         for partition in actions.registered.keys { updatePause(partition, &actions) }

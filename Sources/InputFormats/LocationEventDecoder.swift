@@ -1,0 +1,144 @@
+import FleetAuth
+import FleetEngine
+import JSON
+
+/// Why an event was rejected; the raw value is the dead-letter `fleet-relay-error`
+/// header and a metric label (docs/events.md).
+public enum RejectionReason: String, Sendable, CaseIterable {
+    case notJSON = "not_json"
+    case notObject = "not_object"
+    case tooLarge = "too_large"
+    case missingField = "missing_field"
+    case wrongType = "wrong_type"
+    case outOfRange = "out_of_range"
+    case badVehicleId = "bad_vehicle_id"
+    case badTimestamp = "bad_timestamp"
+    case futureTimestamp = "future_timestamp"
+    case keyMismatch = "key_mismatch"
+    case unknownKind = "unknown_kind"
+}
+
+public struct Rejection: Error, Sendable, Equatable {
+    public let reason: RejectionReason
+    /// One human sentence for the dead-letter `fleet-relay-detail` header.
+    public let detail: String
+
+    public init(reason: RejectionReason, detail: String) {
+        self.reason = reason
+        self.detail = detail
+    }
+}
+
+/// A decoded event: one fix of one vehicle.
+public struct LocationUpdate: Sendable, Equatable {
+    public let vehicle: VehicleIdentity
+    public let fix: LocationFix
+
+    public init(vehicle: VehicleIdentity, fix: LocationFix) {
+        self.vehicle = vehicle
+        self.fix = fix
+    }
+}
+
+/// Turns a record's key and value into a `LocationUpdate` or a `Rejection`
+/// (docs/events.md). Pure apart from the injected clock.
+public struct LocationEventDecoder: Sendable {
+    public static let maximumValueBytes = 64 * 1024
+    public static let maximumFutureMilliseconds: Int64 = 5 * 60 * 1000
+    public static let maximumVehicleIdLength = 64
+
+    public let defaultKind: VehicleKind
+    private let nowMilliseconds: @Sendable () -> Int64
+
+    public init(defaultKind: VehicleKind = .vehicle,
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) {
+        self.defaultKind = defaultKind
+        self.nowMilliseconds = nowMilliseconds
+    }
+
+    public func decode(key: [UInt8]?, value: [UInt8]) -> Result<LocationUpdate, Rejection> {
+        do {
+            return .success(try decodeOrThrow(key: key, value: value))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private func decodeOrThrow(key: [UInt8]?, value: [UInt8]) throws(Rejection) -> LocationUpdate {
+        guard value.count <= Self.maximumValueBytes else {
+            throw Rejection(reason: .tooLarge, detail: "The value is \(value.count) bytes; the limit is \(Self.maximumValueBytes).")
+        }
+        let document: JSONValue
+        do {
+            document = try JSONParser.parse(value)
+        } catch {
+            throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
+        }
+        guard case .object(let fields) = document else {
+            throw Rejection(reason: .notObject, detail: "The value is a JSON \(document.typeName), not an object.")
+        }
+        let event = EventFields(fields)
+        let vehicleId = try event.requiredString("vehicle_id")
+        let latitude = try event.requiredNumber("lat")
+        let longitude = try event.requiredNumber("lng")
+        let recordedAt = try event.required("recorded_at")
+        try FieldRules.validateVehicleId(vehicleId)
+        if let key, key != Array(vehicleId.utf8) {
+            throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
+        }
+        try FieldRules.check(latitude, in: -90...90, field: "lat")
+        try FieldRules.check(longitude, in: -180...180, field: "lng")
+        var fix = LocationFix(latitude: latitude, longitude: longitude, recordedAtMilliseconds: try FieldRules.timestamp(recordedAt, nowMilliseconds: nowMilliseconds()))
+        if let heading = try event.optionalNumber("heading") { fix.heading = try FieldRules.heading(heading) }
+        if let speed = try event.optionalNumber("speed_mps") { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: "speed_mps") }
+        if let accuracy = try event.optionalNumber("accuracy_m") { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: "accuracy_m") }
+        if let altitude = try event.optionalNumber("altitude_m") { fix.altitudeMeters = try FieldRules.finite(altitude, field: "altitude_m") }
+        if let sensor = try event.optionalString("sensor") { fix.sensor = try FieldRules.sensor(sensor) }
+        var kind = defaultKind
+        if let name = try event.optionalString("kind") { kind = try FieldRules.kind(name) }
+        return LocationUpdate(vehicle: VehicleIdentity(kind: kind, id: vehicleId), fix: fix)
+    }
+
+}
+
+/// Typed access to an event's fields; `null` counts as absent.
+private struct EventFields {
+    let fields: [String: JSONValue]
+
+    init(_ fields: [String: JSONValue]) { self.fields = fields }
+
+    func required(_ name: String) throws(Rejection) -> JSONValue {
+        guard let value = fields[name], value != .null else {
+            throw Rejection(reason: .missingField, detail: "Required field \(name) is missing.")
+        }
+        return value
+    }
+
+    func requiredString(_ name: String) throws(Rejection) -> String {
+        let value = try required(name)
+        guard case .string(let text) = value else { throw wrongType(name, "a string", value) }
+        return text
+    }
+
+    func requiredNumber(_ name: String) throws(Rejection) -> Double {
+        let value = try required(name)
+        guard case .number(let number) = value else { throw wrongType(name, "a number", value) }
+        return number
+    }
+
+    func optionalNumber(_ name: String) throws(Rejection) -> Double? {
+        guard let value = fields[name], value != .null else { return nil }
+        guard case .number(let number) = value else { throw wrongType(name, "a number", value) }
+        return number
+    }
+
+    func optionalString(_ name: String) throws(Rejection) -> String? {
+        guard let value = fields[name], value != .null else { return nil }
+        guard case .string(let text) = value else { throw wrongType(name, "a string", value) }
+        return text
+    }
+
+    private func wrongType(_ name: String, _ expected: String, _ value: JSONValue) -> Rejection {
+        Rejection(reason: .wrongType, detail: "\(name) must be \(expected), not \(value.typeName).")
+    }
+}

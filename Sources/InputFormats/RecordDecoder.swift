@@ -1,0 +1,92 @@
+import FleetAuth
+import FleetEngine
+import JSON
+
+/// One consumed record as the decoders see it.
+public struct InputRecord: Sendable {
+    public struct Header: Sendable, Equatable {
+        public let name: String
+        public let value: [UInt8]
+
+        public init(name: String, value: [UInt8]) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    public var key: [UInt8]?
+    /// Empty for a record without a value (a tombstone).
+    public var value: [UInt8]
+    public var headers: [Header]
+    public var timestampMilliseconds: Int64?
+
+    public init(key: [UInt8]?, value: [UInt8], headers: [Header] = [], timestampMilliseconds: Int64? = nil) {
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestampMilliseconds = timestampMilliseconds
+    }
+}
+
+/// What became of a record.
+public enum DecodeOutcome: Sendable, Equatable {
+    case update(LocationUpdate)
+    case rejected(Rejection)
+    /// Left out by the mapping's skip rule (its text): committed and counted, not sent.
+    case skipped(String)
+}
+
+/// Turns records into events. Pure apart from the clock it is given; safe to share.
+public protocol RecordDecoder: Sendable {
+    func decode(_ record: InputRecord) -> DecodeOutcome
+}
+
+extension LocationEventDecoder: RecordDecoder {
+    public func decode(_ record: InputRecord) -> DecodeOutcome {
+        switch decode(key: record.key, value: record.value) {
+        case .success(let update): .update(update)
+        case .failure(let rejection): .rejected(rejection)
+        }
+    }
+}
+
+/// JSON values through a mapping.
+public struct MappedJSONDecoder: RecordDecoder {
+    public let mapping: InputMapping
+    public let defaultKind: VehicleKind
+    private let nowMilliseconds: @Sendable () -> Int64
+
+    public init(mapping: InputMapping, defaultKind: VehicleKind = .vehicle,
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) {
+        self.mapping = mapping
+        self.defaultKind = defaultKind
+        self.nowMilliseconds = nowMilliseconds
+    }
+
+    public func decode(_ record: InputRecord) -> DecodeOutcome {
+        if record.value.isEmpty, mapping.skipsEmptyValues { return .skipped(InputMapping.SkipRule.emptyValue.description) }
+        guard record.value.count <= LocationEventDecoder.maximumValueBytes else {
+            return .rejected(Rejection(reason: .tooLarge, detail: "The value is \(record.value.count) bytes; the limit is \(LocationEventDecoder.maximumValueBytes)."))
+        }
+        let document: JSONValue
+        do {
+            document = try JSONParser.parse(record.value)
+        } catch {
+            return .rejected(Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset)."))
+        }
+        return Self.outcome { () throws(Rejection) in
+            try mapping.apply(to: document, record: record, defaultKind: defaultKind, nowMilliseconds: nowMilliseconds())
+        }
+    }
+
+    static func outcome(_ apply: () throws(Rejection) -> InputMapping.Applied) -> DecodeOutcome {
+        do {
+            switch try apply() {
+            case .update(let update): return .update(update)
+            case .skipped(let rule): return .skipped(rule)
+            }
+        } catch {
+            return .rejected(error)
+        }
+    }
+}
