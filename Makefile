@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
 APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
-.PHONY: deps build test run release bench lint-deploy deploy-tools clean
+.PHONY: deps build test test-python run release bench lint-deploy deploy-tools clean
 
 ## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
@@ -17,10 +17,23 @@ deps:
 build: deps
 	$(SWIFT) build
 
+TEST_VENV := .build/test-venv
+# Confluent's serializers, an encoder independent of the relay for the Schema Registry tests
+# (the [schemaregistry] extra pins a certifi newer than some mirrors have, so its parts are named).
+TEST_PYTHON_PACKAGES := confluent-kafka fastavro httpx authlib cachetools certifi attrs jsonschema referencing \
+	protobuf googleapis-common-protos
+
+## Python with confluent-kafka's serializers, in a virtualenv under .build, for the tests.
+test-python:
+	@if ! $(TEST_VENV)/bin/python3 -W ignore -c "import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.json_schema, confluent_kafka.schema_registry.protobuf" 2>/dev/null; then \
+		echo "test-python: installing $(TEST_PYTHON_PACKAGES) into $(TEST_VENV)"; \
+		python3 -m venv $(TEST_VENV) && $(TEST_VENV)/bin/pip install -q $(TEST_PYTHON_PACKAGES); \
+	fi
+
 ## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
-test: deps
+test: deps test-python
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build
 
 ## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
 ## DEMO_FLAGS passes flags to it, e.g. DEMO_FLAGS="--format traccar" (records as Traccar emits them).

@@ -95,7 +95,12 @@ let package = Package(
         // Record decoders: the native event, mappings and the built-in formats.
         .target(
             name: "InputFormats",
-            dependencies: ["JSON", "FleetAuth", "FleetEngine", .product(name: "Yams", package: "Yams")]
+            dependencies: [
+                "JSON", "FleetAuth", "FleetEngine", "Egress", .product(name: "Yams", package: "Yams"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
         ),
         .target(
             name: "Relay",

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOExtras
 import NIOSSL
+import Synchronization
 
 /// How the relay's HTTPS clients reach Fleet Engine and the signers' services:
 /// certificate verification always on, with extra trust anchors from `--ca-file`;
@@ -150,6 +151,32 @@ public struct TransportFailure: Error, Sendable {
             return "TLS: the server did not answer with TLS (WRONG_VERSION_NUMBER): is the URL's scheme right?"
         default:
             return "TLS handshake failed (\(code))"
+        }
+    }
+}
+
+extension Egress {
+    /// A client for light traffic (signers, the Schema Registry) that lives as long as the
+    /// process and needs no shutdown: AsyncHTTPClient's shared one for the standard egress,
+    /// else one per egress (trust anchors, proxy) and per proxied-or-direct.
+    public func sharedHTTPClient(for url: String) -> HTTPClient {
+        ProcessClients.client(for: url, egress: self)
+    }
+}
+
+/// HTTP clients that live as long as the process, one per egress and per proxied-or-direct.
+enum ProcessClients {
+    private static let clients = Mutex<[(key: String, client: HTTPClient)]>([])
+
+    static func client(for url: String, egress: Egress) -> HTTPClient {
+        guard !egress.caFiles.isEmpty || egress.proxy.server != nil else { return HTTPClient.shared }
+        let key = egress.caFiles.joined(separator: "\n") + "|" + (egress.proxyServer(for: url)?.address ?? "direct")
+        return clients.withLock { clients in
+            if let existing = clients.first(where: { $0.key == key }) { return existing.client }
+            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+                                    configuration: egress.clientConfiguration(for: url))
+            clients.append((key, client))
+            return client
         }
     }
 }

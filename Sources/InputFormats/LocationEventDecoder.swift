@@ -16,6 +16,13 @@ public enum RejectionReason: String, Sendable, CaseIterable {
     case futureTimestamp = "future_timestamp"
     case keyMismatch = "key_mismatch"
     case unknownKind = "unknown_kind"
+    /// Schema Registry framing names a schema id the registry does not know.
+    case unknownSchema = "unknown_schema"
+    /// A framed value its schema cannot decode, or a value without the framing.
+    case undecodable
+
+    /// The reasons a native JSON event can have (the others concern registry framing).
+    public static let ofTheNativeEvent: [RejectionReason] = allCases.filter { $0 != .unknownSchema && $0 != .undecodable }
 }
 
 public struct Rejection: Error, Sendable, Equatable {

@@ -90,3 +90,16 @@ public struct MappedJSONDecoder: RecordDecoder {
         }
     }
 }
+
+extension RecordDecoder where Self == LocationEventDecoder {
+    /// The decoder for a topic: framed values through the Schema Registry when there is one,
+    /// else JSON through the mapping, else the native event's own decoder.
+    public static func forTopic(mapping: InputMapping?, schemaSource: (any SchemaSource)?,
+                                defaultKind: VehicleKind) -> any RecordDecoder {
+        if let schemaSource {
+            return FramedRecordDecoder(mapping: mapping ?? BuiltInFormat.native.mapping, source: schemaSource, defaultKind: defaultKind)
+        }
+        guard let mapping else { return LocationEventDecoder(defaultKind: defaultKind) }
+        return MappedJSONDecoder(mapping: mapping, defaultKind: defaultKind)
+    }
+}

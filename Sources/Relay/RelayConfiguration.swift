@@ -13,6 +13,8 @@ public struct RelayConfiguration: Sendable {
     /// How records become events: nil for the native event, else a mapping (a file or a
     /// built-in format).
     public var inputMapping: InputMapping?
+    /// Where the schemas of framed values come from; nil: values are JSON.
+    public var schemaSource: (any SchemaSource)?
     /// Requests in flight at once (one per vehicle at most).
     public var maximumInFlight: Int
     /// Consumed-but-unfinished records above which fetching pauses.
@@ -63,10 +65,8 @@ public struct RelayConfiguration: Sendable {
 }
 
 extension RelayConfiguration {
-    /// The native event's decoder, or the input mapping's.
     public func makeDecoder() -> any RecordDecoder {
-        guard let inputMapping else { return LocationEventDecoder(defaultKind: defaultKind) }
-        return MappedJSONDecoder(mapping: inputMapping, defaultKind: defaultKind)
+        .forTopic(mapping: inputMapping, schemaSource: schemaSource, defaultKind: defaultKind)
     }
 }
 

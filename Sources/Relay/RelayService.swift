@@ -141,15 +141,33 @@ public final class RelayService: Service, Sendable {
     /// pipeline in one step; bad records come back as dead-letter orders.
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
-            let records = chunk.map { record -> ConsumedRecord in
+            let inputs = chunk.map(InputRecord.init)
+            if let framed = decoder as? FramedRecordDecoder {
+                // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
+                do {
+                    try await framed.prepare(inputs) { noteRegistryUnavailable($0) }
+                } catch {
+                    break
+                }
+            }
+            let records = zip(chunk, inputs).map { record, input -> ConsumedRecord in
                 let source = RecordSource(record)
-                switch decoder.decode(InputRecord(record)) {
+                switch decoder.decode(input) {
                 case .update(let update): return .fix(PendingFix(update: update, source: source))
                 case .rejected(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
                 case .skipped(let rule): return noteSkipped(source, rule: rule)
                 }
             }
             carryOut(pipeline.handle { $0.consume(records, now: .now) })
+        }
+    }
+
+    private func noteRegistryUnavailable(_ problem: SchemaRegistryUnavailable) {
+        statistics.schemaRegistryErrors.increment()
+        let (allowed, suppressed) = logLimiter.allow("schema registry")
+        if allowed {
+            logger.warning("\(problem); records wait and are retried",
+                           metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
         }
     }
 

@@ -40,6 +40,8 @@ public final class RelayStatistics: Sendable {
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
     private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
     private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
+    /// Failed Schema Registry lookups (each retried: records wait, nothing is dead-lettered).
+    let schemaRegistryErrors = Counter(label: "fleet_relay_schema_registry_errors_total")
 
     public init() {
         finishedCounters = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {

@@ -4,7 +4,6 @@ import FleetAuth
 import JSON
 import NIOCore
 import NIOHTTP1
-import Synchronization
 
 /// The HTTP calls signers make: small JSON or form requests with a deadline. Signer
 /// traffic is light, so it goes on process-wide clients that need no shutdown:
@@ -36,30 +35,13 @@ public final class SignerHTTP: Sendable {
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let seconds = timeout.components.seconds
         do {
-            let response = try await ProcessClients.client(for: url, egress: egress).execute(request, timeout: .seconds(seconds))
+            let response = try await egress.sharedHTTPClient(for: url).execute(request, timeout: .seconds(seconds))
             let body = try await response.body.collect(upTo: Self.maximumBodyBytes)
             return Response(status: Int(response.status.code), body: Array(buffer: body))
         } catch let error as HTTPClientError where error == .deadlineExceeded {
             throw SignerError(signer: signer, reason: .unavailable, "\(peer) did not answer within \(seconds) s")
         } catch {
             throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(TransportFailure.describe(error).message)")
-        }
-    }
-}
-
-/// HTTP clients that live as long as the process, one per egress and per proxied-or-direct.
-private enum ProcessClients {
-    private static let clients = Mutex<[(key: String, client: HTTPClient)]>([])
-
-    static func client(for url: String, egress: Egress) -> HTTPClient {
-        guard !egress.caFiles.isEmpty || egress.proxy.server != nil else { return HTTPClient.shared }
-        let key = egress.caFiles.joined(separator: "\n") + "|" + (egress.proxyServer(for: url)?.address ?? "direct")
-        return clients.withLock { clients in
-            if let existing = clients.first(where: { $0.key == key }) { return existing.client }
-            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup,
-                                    configuration: egress.clientConfiguration(for: url))
-            clients.append((key, client))
-            return client
         }
     }
 }

@@ -76,6 +76,9 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Option(help: "HTTP/2: share (0–1) of requests reset with RST_STREAM instead of answered.")
     var resetRate = 0.0
 
+    @Option(help: ArgumentHelp("Credentials the Schema Registry stand-in requires (HTTP basic). Default: none.", valueName: "user:password"))
+    var schemaRegistryCredentials: String?
+
     @OptionGroup var logging: LoggingOptions
 
     func validate() throws {
@@ -118,17 +121,18 @@ struct EmulatorCommand: AsyncParsableCommand {
         let server: HTTPServer
         do {
             server = try await EmulatorHost.start(
-                [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key)], host: host, port: port,
+                [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key),
+                 SchemaRegistryEmulator(requiredCredentials: schemaRegistryCredentials)], host: host, port: port,
                 options: options)
         } catch {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }
         let url = server.baseURL
         logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
-        let standIns = "token service \(url)\(TokenServiceEmulator.path), IAM signJwt \(url), "
+        let standIns = "token service \(url)\(TokenServiceEmulator.path), IAM signJwt \(url), Schema Registry \(url), "
             + (server.isSecure ? "no metadata server (it is plain HTTP: serve without TLS for it)"
                 : "metadata server GCE_METADATA_HOST=\(url.dropFirst("http://".count))")
-        logger.info("Signer stand-ins: \(standIns), signing as \(key.clientEmail)")
+        logger.info("Stand-ins: \(standIns), signing as \(key.clientEmail)")
         let outage = downFor.map { downFor in
             Task {
                 try await Task.sleep(for: .milliseconds(Int64(downAfter * 1000)))

@@ -1,4 +1,7 @@
 import ArgumentParser
+import Egress
+import FleetAuth
+import Foundation
 import InputFormats
 
 extension BuiltInFormat: ExpressibleByArgument {}
@@ -11,11 +14,62 @@ struct InputOptions: ParsableArguments {
     @Option(help: "A mapping file (YAML or JSON) saying where each event field comes from; instead of --input-format. Check it with `fleet-relay mapping check`.")
     var inputMapping: String?
 
+    @Option(help: "Schema Registry URL: record values are framed for it (Avro or JSON Schema) and decoded with their writer's schema, then mapped by --input-format or --input-mapping.")
+    var schemaRegistry: String?
+
+    @Option(help: ArgumentHelp(
+        "Schema Registry credentials for HTTP basic authentication. Never logged. Prefer the environment variable or --schema-registry-credentials-file: command lines are visible to other processes.",
+        valueName: "user:password"))
+    var schemaRegistryCredentials: String?
+
+    @Option(help: "File holding the Schema Registry credentials as user:password (e.g. a mounted Secret).")
+    var schemaRegistryCredentialsFile: String?
+
     func validate() throws {
         if inputMapping != nil, inputFormat != .native {
             throw ValidationError("--input-mapping and --input-format exclude each other: a mapping file is a format of its own")
         }
+        if schemaRegistry == nil, schemaRegistryCredentials != nil || schemaRegistryCredentialsFile != nil {
+            throw ValidationError("Schema Registry credentials need --schema-registry")
+        }
+        if schemaRegistryCredentials != nil, schemaRegistryCredentialsFile != nil {
+            throw ValidationError("give --schema-registry-credentials or --schema-registry-credentials-file, not both")
+        }
     }
+
+    /// The registry client, or nil without `--schema-registry`. The URL must not carry
+    /// credentials (they would be logged with it).
+    func schemaSource(egress: Egress) throws(StartupError) -> (any SchemaSource)? {
+        guard let schemaRegistry else { return nil }
+        guard let url = URL(string: schemaRegistry), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
+            throw StartupError("--schema-registry must be an http or https URL")
+        }
+        guard url.user == nil, url.password == nil else {
+            throw StartupError("--schema-registry must not hold credentials; use --schema-registry-credentials-file or FLEET_RELAY_SCHEMA_REGISTRY_CREDENTIALS")
+        }
+        return SchemaRegistryClient(baseURL: schemaRegistry, credentials: try credentials(), egress: egress)
+    }
+
+    /// The value is a secret: errors describe its shape, never its text.
+    private func credentials() throws(StartupError) -> String? {
+        let text: String
+        if let schemaRegistryCredentials {
+            text = schemaRegistryCredentials
+        } else if let path = schemaRegistryCredentialsFile {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw StartupError("--schema-registry-credentials-file \(path): cannot be read")
+            }
+            text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        } else {
+            return nil
+        }
+        guard let colon = text.firstIndex(of: ":"), colon != text.startIndex else {
+            throw StartupError("the Schema Registry credentials must look like user:password")
+        }
+        return text
+    }
+
+
 
     /// The mapping to apply, nil for the native event (its own decoder). A mapping file that
     /// cannot be used stops startup with one line naming the place.
@@ -31,5 +85,7 @@ struct InputOptions: ParsableArguments {
     }
 
     /// For the startup log line.
-    var name: String { inputMapping.map { "mapping \($0)" } ?? inputFormat.rawValue }
+    var name: String {
+        (inputMapping.map { "mapping \($0)" } ?? inputFormat.rawValue) + (schemaRegistry.map { " through the Schema Registry at \($0)" } ?? "")
+    }
 }

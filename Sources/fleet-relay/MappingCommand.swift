@@ -36,6 +36,7 @@ struct MappingCommand: AsyncParsableCommand {
                 """)
 
         @OptionGroup var input: InputOptions
+        @OptionGroup var egressOptions: EgressOptions
 
         @Option(help: "A file with one record value per line.")
         var file: String?
@@ -67,10 +68,16 @@ struct MappingCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let mapping = try input.mapping()
-            let decoder: any RecordDecoder = mapping.map { MappedJSONDecoder(mapping: $0, defaultKind: kind) }
-                ?? LocationEventDecoder(defaultKind: kind)
+            let decoder: any RecordDecoder = .forTopic(mapping: try input.mapping(), schemaSource: try input.schemaSource(egress: try egressOptions.egress()),
+                                                       defaultKind: kind)
             let records = try await samples()
+            if let framed = decoder as? FramedRecordDecoder {
+                do {
+                    try await framed.prepare(records, maximumAttempts: 3) { FleetRelayMain.printError("fleet-relay: \($0); retrying") }
+                } catch let error as SchemaRegistryUnavailable {
+                    throw StartupError("\(error)")
+                }
+            }
             var (sent, skipped, rejected) = (0, 0, 0)
             for (number, record) in records.enumerated() {
                 let outcome = decoder.decode(record)

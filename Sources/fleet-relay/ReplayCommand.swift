@@ -125,11 +125,12 @@ struct ReplayCommand: AsyncParsableCommand {
         let inputMapping = try input.mapping()
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current, mode: "replay")
         let sender = try await makeSender(logger: logger)
-        let configuration = ReplayConfiguration(
+        var configuration = ReplayConfiguration(
             topic: topic, partitions: try partitionList(), fromMilliseconds: fromMilliseconds, toMilliseconds: toMilliseconds,
             rate: rate > 0 ? rate : nil, maximumInFlight: fleetEngine.maxInFlight, dryRun: dryRun,
             checkpointPath: checkpoint, force: force, deadLetterTopic: noDeadLetter ? nil : deadLetterTopic ?? topic + ".dlq",
             defaultKind: kind, inputMapping: inputMapping, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
+        configuration.schemaSource = try input.schemaSource(egress: try egressOptions.egress())
         let style: ReplayProgress.Style = switch progress {
         case .auto: ReplayProgress.automaticStyle()
         case .bar: .bar

@@ -63,6 +63,7 @@ struct RunCommand: AsyncParsableCommand {
             requestTimeoutSeconds: fleetEngine.requestTimeout)
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
         relayConfiguration.inputMapping = inputMapping
+        relayConfiguration.schemaSource = try input.schemaSource(egress: egress)
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay: RelayService
         do {

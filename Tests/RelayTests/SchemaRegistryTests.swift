@@ -1,0 +1,260 @@
+import FleetAuth
+import FleetEngine
+import FleetEngineEmulator
+import Foundation
+import HTTPServing
+import InputFormats
+import JSON
+import Kafka
+import Relay
+import Testing
+
+/// Records serialized by Confluent's own Python serializers (an encoder independent of the
+/// relay) against the emulator's Schema Registry stand-in, relayed with `--schema-registry`:
+/// the emulator receives exactly the fixes they carry; records the registry cannot explain
+/// are dead-lettered with their reason; a registry outage delays records, never loses them.
+@Suite(.serialized) struct SchemaRegistryTests {
+    struct Fix {
+        let vehicle: String
+        let latitude: Double
+        let longitude: Double
+        let milliseconds: Int64
+        let speed: Double
+        let heading: Int
+
+        var json: String {
+            #"{"vehicle_id":"\#(vehicle)","lat":\#(latitude),"lng":\#(longitude),"recorded_at_ms":\#(milliseconds),"speed_mps":\#(speed),"heading":\#(heading)}"#
+        }
+    }
+
+    static func fixes(prefix: String, vehicles: Int) -> [Fix] {
+        var fixes: [Fix] = []
+        for vehicle in 0..<vehicles {
+            for index in 0..<2 {
+                let milliseconds = 1_795_381_200_000 + Int64(vehicle * 1000 + index * 500 + 7)
+                fixes.append(Fix(vehicle: "\(prefix)-\(vehicle)", latitude: 52.5 + Double(vehicle) * 0.01 + Double(index) * 0.001,
+                                 longitude: 13.4 + Double(vehicle) * 0.01, milliseconds: milliseconds,
+                                 speed: 8.25 + Double(index), heading: (vehicle * 45 + index) % 360))
+            }
+        }
+        return fixes
+    }
+
+    static let typedMapping = """
+        fields:
+          vehicle_id: vehicle_id
+          lat: position.lat
+          lng: position.lng
+          recorded_at: recorded_at      # Avro timestamp-micros, Protobuf Timestamp: epoch milliseconds once decoded
+          altitude_m: position.altitude
+          speed_mps: speed_mps
+          heading: heading
+          sensor: sensor
+        """
+
+    /// The Python interpreter of the test virtualenv (`make test` creates it).
+    static var python: String {
+        get throws {
+            let path = ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_PYTHON"]
+                ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                    .appendingPathComponent(".build/test-venv/bin/python3").path
+            guard FileManager.default.isExecutableFile(atPath: path) else {
+                throw FixtureError(message: "no Python with confluent-kafka at \(path): run `make test`, which installs it")
+            }
+            return path
+        }
+    }
+
+    /// Confluent's serializer's output for each fix, registering the schema as it does.
+    static func serialize(_ fixes: [Fix], kind: String, registry: String, topic: String) throws -> [[UInt8]] {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/serialize.py").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try python)
+        process.arguments = [script, registry, topic, kind]
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        input.fileHandleForWriting.write(Data(fixes.map(\.json).joined(separator: "\n").utf8))
+        try input.fileHandleForWriting.close()
+        let printed = output.fileHandleForReading.readDataToEndOfFile()
+        let complaints = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw FixtureError(message: "serialize.py failed: \(String(decoding: complaints, as: UTF8.self))")
+        }
+        return String(decoding: printed, as: UTF8.self).split(separator: "\n").map { Array(Data(base64Encoded: String($0))!) }
+    }
+
+    struct Setup {
+        let harness: RelayHarness
+        let registry: SchemaRegistryEmulator
+        let server: HTTPServer
+    }
+
+    func withRegistry(_ body: (Setup) async throws -> Void) async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        let registry = SchemaRegistryEmulator()
+        let server = try await EmulatorHost.start([registry])
+        try await body(Setup(harness: harness, registry: registry, server: server))
+        await server.shutdown()
+        await harness.shutdown()
+    }
+
+    func expectDelivered(_ fixes: [Fix], at emulator: FleetEngineEmulator, altitude: Double?) throws {
+        for newest in Dictionary(grouping: fixes, by: \.vehicle).values.compactMap({ $0.max { $0.milliseconds < $1.milliseconds } }) {
+            let held = try #require(emulator.vehicle(VehicleIdentity(kind: .vehicle, id: newest.vehicle))).lastLocation
+            #expect(held["supplementalLocation"]?["latitude"]?.numberValue == newest.latitude)
+            #expect(held["supplementalLocation"]?["longitude"]?.numberValue == newest.longitude)
+            #expect(held["supplementalLocationTime"]?.stringValue == RFC3339.format(milliseconds: newest.milliseconds))
+            #expect(held["speed"]?.numberValue == newest.speed)
+            #expect(held["heading"]?.numberValue == Double(newest.heading))
+            #expect(held["altitude"]?.numberValue == altitude)
+        }
+    }
+
+    func allReceived(_ fixes: [Fix], _ emulator: FleetEngineEmulator) -> Bool {
+        fixes.allSatisfy { emulator.vehicle(VehicleIdentity(kind: .vehicle, id: $0.vehicle))?.receivedFixTimes.contains($0.milliseconds) ?? false }
+    }
+
+    @Test func avroRecordsFromConfluentsSerializerArriveAsTheirFixes() async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let fixes = Self.fixes(prefix: "avro", vehicles: 4)
+            let values = try Self.serialize(fixes, kind: "avro", registry: setup.server.baseURL, topic: harness.topic)
+            #expect(values.count == fixes.count && values.allSatisfy { $0.first == 0 }, "framed: magic byte 0")
+            let unknownId: [UInt8] = [0, 0, 0, 3, 0xE7, 0x02, 0x41]
+            let garbage = Array(values[0].prefix(5)) + [0xFF, 0xFF, 0xFF]
+            let unframed = Array(#"{"vehicle_id":"avro-0","lat":1,"lng":2,"recorded_at":1795381200000}"#.utf8)
+            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) }
+                + [(Array("avro-0".utf8), unknownId), (Array("avro-1".utf8), garbage), (Array("avro-2".utf8), unframed)])
+            let running = try harness.startRelay(group: "avro") {
+                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
+                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
+            }
+            try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
+            let letters = try await harness.readDeadLetters(count: 3)
+            #expect(letters.map { $0.header("fleet-relay-error") ?? "" }.sorted() == ["undecodable", "undecodable", "unknown_schema"])
+            #expect(letters.contains { $0.header("fleet-relay-detail") == "The Schema Registry does not know schema id 999." })
+            #expect(letters.contains { $0.value == garbage && $0.header("fleet-relay-detail")?.hasPrefix("The value does not fit Avro schema 1:") == true })
+            try expectDelivered(fixes, at: harness.emulator, altitude: 12.5)
+            try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "avro") }
+            #expect(setup.registry.statistics.lookupsById == 2, "one lookup per id (the schema and the unknown 999), then the cache")
+            try await running.stop()
+        }
+    }
+
+    @Test func protobufRecordsFromConfluentsSerializerArriveAsTheirFixes() async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let fixes = Self.fixes(prefix: "proto", vehicles: 4)
+            let values = try Self.serialize(fixes, kind: "protobuf", registry: setup.server.baseURL, topic: harness.topic)
+            #expect(values.allSatisfy { Array($0.prefix(7)) == [0, 0, 0, 0, 2, 2, 2] },
+                    "schema 2 (after its reference, id 1), message indexes [1]: the file's second message")
+            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+            let source = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
+            let running = try harness.startRelay(group: "protobuf") {
+                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "protobuf")
+                $0.schemaSource = source
+            }
+            try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
+            try expectDelivered(fixes, at: harness.emulator, altitude: 12.5)
+            try await running.stop()
+
+            // Repeated, packed, zig-zag and map fields, read through a mapping.
+            let extras = FramedRecordDecoder(mapping: try MappingFile.parse("""
+                fields: { vehicle_id: "tags[1]", lat: "samples[0]", lng: "samples[1]", recorded_at: recorded_at,
+                          accuracy_m: "samples[2]", altitude_m: attributes.odometer }
+                """, name: "extras"), source: source)
+            let record = InputRecord(key: nil, value: values[0])
+            try await extras.prepare([record]) { Issue.record("registry unavailable: \($0)") }
+            guard case .update(let update) = extras.decode(record) else {
+                Issue.record("\(extras.decode(record))")
+                return
+            }
+            #expect(update.vehicle.id == "protobuf")
+            #expect(update.fix.latitude == 1 && update.fix.longitude == -2 && update.fix.accuracyMeters == 300)
+            #expect(update.fix.altitudeMeters == 123_456)
+        }
+    }
+
+    @Test func jsonSchemaRecordsArriveAsTheirFixes() async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let fixes = Self.fixes(prefix: "json", vehicles: 2)
+            let values = try Self.serialize(fixes, kind: "jsonschema", registry: setup.server.baseURL, topic: harness.topic)
+            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+            let running = try harness.startRelay(group: "jsonschema") {
+                $0.inputMapping = try? MappingFile.parse("""
+                    fields: { vehicle_id: vehicle_id, lat: position.lat, lng: position.lng,
+                              recorded_at: { path: recorded_at, format: epoch-micros }, speed_mps: speed_mps, heading: heading }
+                    """, name: "json")
+                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
+            }
+            try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
+            try expectDelivered(fixes, at: harness.emulator, altitude: nil)
+            try await running.stop()
+        }
+    }
+
+    @Test func mappingCheckReadsFramedRecordsFromKafkaWithCredentialsItNeverShows() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let secret = "sentinel-registry-password-7f3a"
+        let registry = SchemaRegistryEmulator(requiredCredentials: "relay:\(secret)")
+        let server = try await EmulatorHost.start([registry])
+        let fixes = Self.fixes(prefix: "check", vehicles: 1)
+        // Registered by the test (the serializer has no credentials here), then written framed.
+        let open = SchemaRegistryEmulator()
+        let openServer = try await EmulatorHost.start([open])
+        let values = try Self.serialize(fixes, kind: "avro", registry: openServer.baseURL, topic: harness.topic)
+        registry.register(subject: harness.topic + "-value", schema: try #require(open.schemaText(id: 1)))
+        try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+        let mapping = FileManager.default.temporaryDirectory.appendingPathComponent("typed-\(UUID().uuidString).yaml").path
+        try Self.typedMapping.write(toFile: mapping, atomically: true, encoding: .utf8)
+        let credentials = FileManager.default.temporaryDirectory.appendingPathComponent("registry-\(UUID().uuidString)").path
+        try "relay:\(secret)\n".write(toFile: credentials, atomically: true, encoding: .utf8)
+
+        let result = try await IntegrationTests.CommandLineTests().run([
+            "mapping", "check", "--input-mapping", mapping, "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic,
+            "--count", "2", "--schema-registry", server.baseURL, "--schema-registry-credentials-file", credentials,
+        ])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("/vehicles/check-0?updateMask=last_location"), "\(result.stdout)")
+        #expect(result.stdout.hasSuffix("2 records: 2 sent, 0 skipped, 0 rejected\n"))
+        #expect(!(result.stdout + result.stderr).contains(secret))
+
+        let refused = try await IntegrationTests.CommandLineTests().run([
+            "mapping", "check", "--input-mapping", mapping, "--file", mapping, "--schema-registry", "http://relay:\(secret)@127.0.0.1:1",
+        ])
+        #expect(refused.status == 78)
+        #expect(refused.stderr.contains("--schema-registry must not hold credentials"))
+        #expect(!refused.stderr.contains(secret))
+        await server.shutdown()
+        await openServer.shutdown()
+        await harness.shutdown()
+    }
+
+    @Test func aRegistryOutageDelaysRecordsAndLosesNone() async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let fixes = Self.fixes(prefix: "outage", vehicles: 3)
+            let values = try Self.serialize(fixes, kind: "avro", registry: setup.server.baseURL, topic: harness.topic)
+            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+            setup.registry.setAvailable(false)
+            let running = try harness.startRelay(group: "outage") {
+                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
+                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
+            }
+            try await eventually("the relay asked the registry again and again") { setup.registry.statistics.refusedWhileDown >= 4 }
+            #expect(harness.emulator.statistics.updateRequests == 0, "nothing is sent without the schema")
+            #expect(running.relay.statistics.snapshot.deadLettered == 0, "an outage dead-letters nothing")
+            #expect(try await harness.committedOffsets(group: "outage").values.allSatisfy { $0 == nil }, "nothing committed meanwhile")
+            setup.registry.setAvailable(true)
+            try await eventually("every fix reached the emulator after the outage") { allReceived(fixes, harness.emulator) }
+            try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "outage") }
+            #expect(running.relay.statistics.snapshot.deadLettered == 0)
+            try await running.stop()
+        }
+    }
+}
