@@ -150,7 +150,7 @@ let package = Package(
         .executableTarget(
             name: "Bench",
             dependencies: [
-                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress",
+                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),

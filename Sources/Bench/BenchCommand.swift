@@ -28,6 +28,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Fixes per vehicle in the backlog.")
     var drainFixesPerVehicle = 100
 
+    @Option(help: "Vehicles in each input format's backlog.")
+    var formatVehicles = 1000
+
+    @Option(help: "Fixes per vehicle in each input format's backlog.")
+    var formatFixesPerVehicle = 50
+
     @Option(help: "Vehicles in the warm steady scenario, a load the relay keeps up with (each reports every vehicles/rate seconds).")
     var warmVehicles = 25_000
 
@@ -53,8 +59,8 @@ struct BenchCommand: AsyncParsableCommand {
             help: "An extra argument for the relay's run command, e.g. --relay-arg=--max-pending-records=300000 (repeatable).")
     var relayArguments: [String] = []
 
-    @Option(help: "Stop after this scenario: ceilings, drain, warm or steady (default: all).")
-    var until: Stage = .steady
+    @Option(help: "Stop after this scenario: ceilings, drain, warm, steady or formats (default: all).")
+    var until: Stage = .formats
 
     @Option(name: .customLong("transport"),
             help: "How the relay reaches the emulator: https (HTTPS, HTTP/2 negotiated) and plain (HTTP/1.1) (repeatable; default both). The drain and warm steady state run once per transport; the overload runs on the first.")
@@ -64,7 +70,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let httpsOverheadCeiling = 1.5
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
-        case ceilings, drain, warm, steady
+        case ceilings, drain, warm, steady, formats
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
         private var order: Int { Self.allCases.firstIndex(of: self)! }
     }
@@ -131,6 +137,10 @@ struct BenchCommand: AsyncParsableCommand {
                                                 rate: steadyRate, seconds: steadySeconds, warmupLimit: warmupLimit,
                                                 reportsTokens: true)
                 try await runs[0].steadyState(plan, consumeCeiling: consume, requestCeiling: requestCeilings[0], report: &report)
+            }
+            if until >= .formats {
+                say("5. input formats over \(runs[0].transport.title): the same \(formatVehicles * formatFixesPerVehicle) events as native events, native events through a mapping, Traccar records and Avro records")
+                try await runs[0].inputFormats(vehicles: formatVehicles, fixesPerVehicle: formatFixesPerVehicle, report: &report)
             }
         } catch {
             await environment.shutdown()

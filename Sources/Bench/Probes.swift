@@ -41,8 +41,8 @@ struct Probes {
     }
 
     /// The emulator's `/_emulator/statistics`.
-    func emulator(newerThan: Int64? = nil) async -> JSONValue {
-        let query = newerThan.map { "?newer_than=\($0)" } ?? ""
+    func emulator(newerThan: Int64? = nil, idPrefix: String = "") async -> JSONValue {
+        let query = newerThan.map { "?newer_than=\($0)&id_prefix=\(idPrefix)" } ?? ""
         guard let (status, body) = await get(emulatorURL + "/_emulator/statistics" + query), status == 200,
             let statistics = try? JSONParser.parse(body)
         else { return .null }

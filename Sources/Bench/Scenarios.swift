@@ -3,6 +3,7 @@ import FleetAuth
 import FleetEngine
 import FleetSimulator
 import Foundation
+import InputFormats
 import JSON
 import Kafka
 import Synchronization
@@ -85,20 +86,23 @@ struct Scenarios {
         let vehicles: Int
         /// Every vehicle's newest fix is later than this; every older fix is not.
         let newestAfter: Int64
+        /// The vehicles' ids start with it, and no other vehicle's does.
+        let idPrefix: String
     }
 
     /// Produces `fixesPerVehicle` fixes 5 s apart for each vehicle, all in the past.
-    func produceBacklog(topic: String, vehicles: Int, fixesPerVehicle: Int) async throws -> Backlog {
+    func produceBacklog(topic: String, vehicles: Int, fixesPerVehicle: Int, idPrefix: String = "drain-",
+                        encoder: any SimulatedRecordEncoder = SimulatedRecordFormat.native) async throws -> Backlog {
         try environment.createTopic(topic, partitions: partitions)
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
-        var fleet = SimulatedFleet(count: vehicles, idPrefix: "drain-")
+        var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix)
         let base = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle + 2) * 5000
         try await producer.whileRunning {
             for step in 0..<fixesPerVehicle {
                 for index in 0..<vehicles {
                     let time = base + Int64(step) * 5000 + Int64(index % 5000)
-                    let event = fleet.nextEvent(vehicle: index, seconds: 5, recordedAtMilliseconds: time)
-                    try await producer.enqueue(topic: topic, key: Array(fleet.vehicles[index].id.utf8), value: Array(event.utf8))
+                    let record = encoder.record(of: fleet.nextFix(vehicle: index, seconds: 5, recordedAtMilliseconds: time))
+                    try await producer.enqueue(topic: topic, key: record.key, value: record.value)
                 }
             }
             guard await producer.flush(timeout: .seconds(120)), producer.failedDeliveries == 0 else {
@@ -106,7 +110,7 @@ struct Scenarios {
             }
         }
         return Backlog(topic: topic, events: vehicles * fixesPerVehicle, vehicles: vehicles,
-                       newestAfter: base + Int64(fixesPerVehicle - 1) * 5000 - 1)
+                       newestAfter: base + Int64(fixesPerVehicle - 1) * 5000 - 1, idPrefix: idPrefix)
     }
 
     /// Returns the relay's CPU seconds for the whole backlog: the transports coalesce
@@ -122,7 +126,7 @@ struct Scenarios {
         let cpuAtStart = relay.cpuSeconds
         let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
         let delivered = await waitUntil(timeout: .seconds(600)) {
-            await probes.emulator(newerThan: backlog.newestAfter)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
+            await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
         }
         let committed = try await waitUntil(timeout: .seconds(120)) {
             try await probes.lag(topic: backlog.topic, partitions: partitions, group: group) == 0
@@ -359,5 +363,74 @@ enum RetentionLoss {
     private static func number(after marker: String, in line: Substring) -> Int64? {
         guard let range = line.range(of: marker) else { return nil }
         return Int64(line[range.upperBound...].prefix { $0.isNumber })
+    }
+}
+
+// MARK: 5. Input formats
+
+extension Scenarios {
+    /// One input format of the input-format stage: how its records are written and read.
+    struct InputFormatCase {
+        let name: String
+        let encoder: any SimulatedRecordEncoder
+        let relayArguments: [String]
+        /// Held to the mapping ceiling against the native decoder (the others are reported).
+        let ceilinged: Bool
+    }
+
+    static let mappingCeiling = 1.3
+
+    /// The same backlog in each format, drained by a fresh relay: relay CPU per event, each
+    /// against the native decoder's. The native event through the native mapping isolates the
+    /// mapping's cost; Traccar's records are larger JSON; Avro adds the registry's framing.
+    func inputFormats(vehicles: Int, fixesPerVehicle: Int, report: inout Report) async throws {
+        let registry = SchemaRegistryClient(baseURL: environment.emulator(transport).url, credentials: nil, egress: environment.egress)
+        let avroId = try await registry.register(subject: "bench-format-avro-value", schema: AvroFixEncoder.schema, type: "AVRO")
+        let mappingFile = environment.workDirectory + "/native-mapping.yaml"
+        try BuiltInFormat.native.mappingText.write(toFile: mappingFile, atomically: true, encoding: .utf8)
+        let cases = [
+            InputFormatCase(name: "native", encoder: SimulatedRecordFormat.native, relayArguments: [], ceilinged: false),
+            InputFormatCase(name: "mapped", encoder: SimulatedRecordFormat.native, relayArguments: ["--input-mapping", mappingFile], ceilinged: true),
+            InputFormatCase(name: "traccar", encoder: SimulatedRecordFormat.traccar, relayArguments: ["--input-format", "traccar"], ceilinged: false),
+            InputFormatCase(name: "avro", encoder: AvroFixEncoder(schemaId: avroId),
+                            relayArguments: ["--schema-registry", environment.emulator(transport).url], ceilinged: true),
+        ]
+        var nativeCost: Double?
+        let section = "input formats"
+        for format in cases {
+            let backlog = try await produceBacklog(topic: "bench-format-\(format.name)", vehicles: vehicles,
+                                                   fixesPerVehicle: fixesPerVehicle, idPrefix: "format-\(format.name)-",
+                                                   encoder: format.encoder)
+            let microseconds = try await drainCost(backlog, group: "bench-format-\(format.name)", arguments: format.relayArguments) * 1e6
+                / Double(backlog.events)
+            let title = "relay CPU per event, \(format.name) (\(format.relayArguments.first ?? "native decoder"))"
+            if let nativeCost {
+                let ratio = microseconds / nativeCost
+                report.add(section, title, microseconds, "µs", ratio: format.ceilinged ? ratio / Self.mappingCeiling : ratio,
+                           of: format.ceilinged ? "the \(Self.mappingCeiling)× ceiling over native" : "native")
+            } else {
+                nativeCost = microseconds
+                report.add(section, title, microseconds, "µs")
+            }
+        }
+    }
+
+    /// Relay CPU seconds to drain `backlog` (every vehicle's newest fix held, offsets committed).
+    private func drainCost(_ backlog: Backlog, group: String, arguments: [String]) async throws -> Double {
+        let (relay, metricsPort, _) = try await environment.startRelay(topic: backlog.topic, group: group, transport: transport,
+                                                                       extraArguments: arguments)
+        let cpuAtStart = relay.cpuSeconds
+        let delivered = await waitUntil(timeout: .seconds(600)) {
+            await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
+        }
+        let committed = try await waitUntil(timeout: .seconds(120)) {
+            try await probes.lag(topic: backlog.topic, partitions: partitions, group: group) == 0
+        }
+        let cpu = relay.cpuSeconds - cpuAtStart
+        let deadLettered = await probes.metric("fleet_relay_dead_letters_total", metricsPort: metricsPort)
+        _ = await relay.stop()
+        guard delivered, committed else { throw BenchError("the \(group) backlog was not drained within 10 minutes") }
+        guard deadLettered == 0 else { throw BenchError("\(group): \(Int(deadLettered)) records dead-lettered (see its relay log)") }
+        return cpu
     }
 }

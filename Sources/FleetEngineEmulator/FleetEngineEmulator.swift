@@ -308,14 +308,15 @@ public final class FleetEngineEmulator: EmulatedService {
 
     // MARK: Statistics over HTTP, for benchmarks running the emulator as a process
 
-    /// `GET /_emulator/statistics[?newer_than=MS]`: counters, vehicles (and how many hold a
-    /// location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency[?located_after=MS]`
+    /// `GET /_emulator/statistics[?newer_than=MS[&id_prefix=P]]`: counters, vehicles (and how many,
+    /// of those whose id starts with P, hold a location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency[?located_after=MS]`
     /// starts the percentiles afresh, counting only fixes located at or after MS.
     private func administer(_ request: HTTPRequest) -> HTTPResponse {
         switch (request.method, request.path) {
         case ("GET", "/_emulator/statistics"):
             let newerThan = request.query["newer_than"].flatMap { Int64($0) }
-            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan, recordsHistory: recordsHistory) })
+            let prefix = request.query["id_prefix"]?.removingPercentEncoding ?? ""
+            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan, idPrefix: prefix, recordsHistory: recordsHistory) })
         case ("POST", "/_emulator/reset-latency"):
             let locatedAfter = request.query["located_after"].flatMap { Int64($0) } ?? .min
             state.withLock { ($0.latency, $0.latencyLocatedAfter) = (LatencyHistogram(), locatedAfter) }
@@ -325,7 +326,7 @@ public final class FleetEngineEmulator: EmulatedService {
         }
     }
 
-    private static func statisticsJSON(_ state: State, newerThan: Int64?, recordsHistory: Bool) -> String {
+    private static func statisticsJSON(_ state: State, newerThan: Int64?, idPrefix: String, recordsHistory: Bool) -> String {
         var body = JSONObjectWriter()
         let statistics = state.statistics
         body.add("requests", statistics.requests)
@@ -337,7 +338,7 @@ public final class FleetEngineEmulator: EmulatedService {
             body.add("distinct_fixes_received", state.vehicles.values.reduce(0) { $0 + $1.receivedFixTimes.count })
         }
         if let newerThan {
-            body.add("vehicles_newer_than", state.vehicles.values.count { $0.locationTimeMilliseconds > newerThan })
+            body.add("vehicles_newer_than", state.vehicles.count { $0.key.id.hasPrefix(idPrefix) && $0.value.locationTimeMilliseconds > newerThan })
         }
         var latency = JSONObjectWriter()
         latency.add("count", state.latency.count)

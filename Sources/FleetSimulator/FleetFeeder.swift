@@ -10,14 +10,15 @@ public struct FleetFeeder: Sendable {
     public let rate: Double
     /// Share of events replaced by malformed ones (0 for none).
     public let malformedShare: Double
-    public let format: SimulatedRecordFormat
+    public let encoder: any SimulatedRecordEncoder
 
-    public init(topic: String, vehicles: Int, rate: Double, malformedShare: Double = 0, format: SimulatedRecordFormat = .native) {
+    public init(topic: String, vehicles: Int, rate: Double, malformedShare: Double = 0,
+                encoder: any SimulatedRecordEncoder = SimulatedRecordFormat.native) {
         self.topic = topic
         self.vehicles = vehicles
         self.rate = rate
         self.malformedShare = malformedShare
-        self.format = format
+        self.encoder = encoder
     }
 
     /// Feeds until `duration` elapses (forever when nil) or the task is cancelled.
@@ -39,7 +40,7 @@ public struct FleetFeeder: Sendable {
                 next += 1
                 let record = fleet.chance(malformedShare)
                     ? (key: Array(fleet.vehicles[index].id.utf8), value: Array(fleet.malformedEvent(vehicle: index).utf8))
-                    : format.record(of: fleet.nextFix(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock()))
+                    : encoder.record(of: fleet.nextFix(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock()))
                 try await producer.enqueue(topic: topic, key: record.key, value: record.value)
                 produced += 1
             }

@@ -98,10 +98,31 @@ public final class SchemaRegistryClient: SchemaSource {
         }
     }
 
+    /// Registers a schema under `subject` (`POST /subjects/{subject}/versions`) and returns its
+    /// id: how the simulator and the bench write framed records.
+    public func register(subject: String, schema: String, type: String) async throws(SchemaRegistryUnavailable) -> Int32 {
+        let body = JSONValue.object(["schema": .string(schema), "schemaType": .string(type)]).serialized()
+        let path = "subjects/\(subject.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? subject)/versions"
+        guard let answer = try await send(path, what: "registering \(subject)", method: .POST, body: body),
+              let id = answer["id"]?.numberValue else {
+            throw SchemaRegistryUnavailable(description: "the Schema Registry at \(baseURL) did not register \(subject)")
+        }
+        return Int32(id)
+    }
+
     /// The answer's JSON, nil for 404; anything else but 200 is the registry being unavailable.
     private func get(_ path: String, what: String) async throws(SchemaRegistryUnavailable) -> JSONValue? {
+        try await send(path, what: what, method: .GET, body: nil)
+    }
+
+    private func send(_ path: String, what: String, method: HTTPMethod, body: String?) async throws(SchemaRegistryUnavailable) -> JSONValue? {
         let url = "\(baseURL)/\(path)"
         var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/vnd.schemaregistry.v1+json")
+            request.body = .bytes(ByteBuffer(string: body))
+        }
         request.headers.add(name: "Accept", value: "application/vnd.schemaregistry.v1+json, application/json")
         if let authorization { request.headers.add(name: "Authorization", value: authorization) }
         let status: Int

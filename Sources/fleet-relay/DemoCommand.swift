@@ -77,7 +77,7 @@ struct DemoCommand: AsyncParsableCommand {
             client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles), malformedShare: malformedShare,
-                                 format: format)
+                                 encoder: format)
         Console.line("fleet-relay demo: mock Kafka at \(cluster.bootstrapServers), Fleet Engine emulator at \(emulatorURL)"
             + (plainHttp ? " (plain HTTP/1.1)" : " (HTTPS, throwaway CA)"))
         Console.line("feeding \(vehicles) vehicles at \(feeder.rate) events/s into '\(topic)' (\(partitions) partitions) as \(format.rawValue) records; Ctrl-C stops")

@@ -1,10 +1,17 @@
 import ArgumentParser
 import FleetSimulator
+import Foundation
+import InputFormats
 import Kafka
 import Logging
 import ServiceLifecycle
 
 extension SimulatedRecordFormat: ExpressibleByArgument {}
+
+/// What `simulate --format` writes: a JSON shape, or values framed for the Schema Registry.
+enum SimulateFormat: String, ExpressibleByArgument, CaseIterable {
+    case native, traccar, owntracks, geojson, debezium, avro, protobuf
+}
 import Synchronization
 
 struct SimulateCommand: AsyncParsableCommand {
@@ -29,8 +36,11 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Share of events (0–1) sent malformed, to exercise the dead-letter path.")
     var malformedShare = 0.0
 
-    @Option(help: "Shape of the records: \(SimulatedRecordFormat.allCases.map(\.rawValue).joined(separator: ", ")) (the relay's --input-format of the same name reads them).")
-    var format: SimulatedRecordFormat = .native
+    @Option(help: "Shape of the records: \(SimulateFormat.allCases.map(\.rawValue).joined(separator: ", ")). The relay's --input-format of the same name reads the JSON ones; avro and protobuf register their schema with --schema-registry (subject <topic>-value) and are read with the relay's --schema-registry.")
+    var format: SimulateFormat = .native
+
+    @Option(help: "Schema Registry URL, for --format avro or protobuf.")
+    var schemaRegistry: String?
 
     @OptionGroup var logging: LoggingOptions
 
@@ -38,7 +48,25 @@ struct SimulateCommand: AsyncParsableCommand {
         guard vehicles >= 1 else { throw ValidationError("--vehicles must be at least 1") }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
         if let duration, duration <= 0 { throw ValidationError("--duration must be positive") }
+        if (format == .avro || format == .protobuf) != (schemaRegistry != nil) {
+            throw ValidationError("--schema-registry goes with --format avro or protobuf, and only with them")
+        }
         guard (0...1).contains(malformedShare) else { throw ValidationError("--malformed-share must be from 0 to 1") }
+    }
+
+    /// The JSON shape, or the registry encoder after registering its schema.
+    private func encoder() async throws -> any SimulatedRecordEncoder {
+        guard let schemaRegistry else { return SimulatedRecordFormat(rawValue: format.rawValue)! }
+        let client = SchemaRegistryClient(baseURL: schemaRegistry, credentials: nil, egress: .standard)
+        do {
+            if format == .avro {
+                return AvroFixEncoder(schemaId: try await client.register(subject: topic + "-value", schema: AvroFixEncoder.schema, type: "AVRO"))
+            }
+            let descriptor = Data(ProtobufFixEncoder.fileDescriptor).base64EncodedString()
+            return ProtobufFixEncoder(schemaId: try await client.register(subject: topic + "-value", schema: descriptor, type: "PROTOBUF"))
+        } catch {
+            throw StartupError("\(error)")
+        }
     }
 
     func run() async throws {
@@ -51,7 +79,7 @@ struct SimulateCommand: AsyncParsableCommand {
             throw StartupError(error.message)
         }
         let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles),
-                                 malformedShare: malformedShare, format: format)
+                                 malformedShare: malformedShare, encoder: try await encoder())
         logger.info("Feeding \(topic) with \(vehicles) vehicles at \(feeder.rate) events/s as \(format.rawValue) records")
         let feeding = FeedingService(feeder: feeder, producer: producer,
                                      duration: duration.map { .milliseconds(Int64($0 * 1000)) })

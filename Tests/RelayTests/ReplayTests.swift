@@ -2,6 +2,7 @@ import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
 import Foundation
+import InputFormats
 import Kafka
 import Logging
 import Relay
@@ -152,6 +153,31 @@ extension IntegrationTests {
                                 sender: ReplaySender(client: client, tokens: TokenCache(signer: LocalKeySigner(key: harness.key))),
                                 progress: ReplayProgress(style: .silent, logger: harness.logger), logger: harness.logger)
         return try await replayer.run().summary
+    }
+
+    @Test func replaysRecordsOfABuiltInFormat() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        defer { Task { await harness.shutdown() } }
+        let start = (WallClock.nowMilliseconds() - 3_600_000) / 1000 * 1000
+        try await KafkaProducer.run(configuration: harness.kafka, logger: harness.logger) { producer in
+            for step in 0..<3 {
+                let seconds = start / 1000 + Int64(step)
+                try await producer.send(topic: harness.topic, key: Array("owntracks/ann/van".utf8),
+                                        value: Array(#"{"_type":"location","lat":48.1,"lon":11.5,"tst":\#(seconds),"vel":18}"#.utf8),
+                                        timestampMilliseconds: seconds * 1000)
+            }
+            try await producer.send(topic: harness.topic, key: Array("owntracks/ann/van".utf8),
+                                    value: Array(#"{"_type":"transition","event":"enter","tst":\#(start / 1000)}"#.utf8),
+                                    timestampMilliseconds: start + 500)
+        }
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: start - 1000, to: nil) {
+            $0.inputMapping = BuiltInFormat.owntracks.mapping
+        })
+        #expect(summary.skipped == 1 && summary.bad == 0)
+        #expect(summary.accepted == 1)
+        let van = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "ann-van")))
+        #expect(van.receivedFixTimes == [start, start + 1000, start + 2000])
+        #expect(van.lastLocation["speed"]?.numberValue == 5, "18 km/h")
     }
 
     @Test func sendsExactlyTheWindowsFixesFoundDespiteTheMockClustersLookup() async throws {

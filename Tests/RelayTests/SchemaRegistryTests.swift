@@ -235,6 +235,25 @@ import Testing
         await harness.shutdown()
     }
 
+    @Test(arguments: ["avro", "protobuf"])
+    func simulateWritesFramedRecordsTheRelayReads(_ format: String) async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let simulated = try await IntegrationTests.CommandLineTests().run([
+                "simulate", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--vehicles", "5",
+                "--rate", "50", "--duration", "1", "--format", format, "--schema-registry", setup.server.baseURL,
+            ])
+            #expect(simulated.status == 0, "\(simulated.stderr)")
+            let running = try harness.startRelay(group: "simulated-\(format)") {
+                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
+            }
+            try await eventually("the five simulated vehicles reached the emulator") { harness.emulator.vehicles.count == 5 }
+            try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "simulated-\(format)") }
+            #expect(running.relay.statistics.snapshot.deadLettered == 0)
+            try await running.stop()
+        }
+    }
+
     @Test func aRegistryOutageDelaysRecordsAndLosesNone() async throws {
         try await withRegistry { setup in
             let harness = setup.harness
@@ -246,7 +265,8 @@ import Testing
                 $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
                 $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
             }
-            try await eventually("the relay asked the registry again and again") { setup.registry.statistics.refusedWhileDown >= 4 }
+            // Five refusals with the backoff (0.5, 1, 2, 4 s between them): an outage of about 8 s.
+            try await eventually("the relay asked the registry again and again") { setup.registry.statistics.refusedWhileDown >= 5 }
             #expect(harness.emulator.statistics.updateRequests == 0, "nothing is sent without the schema")
             #expect(running.relay.statistics.snapshot.deadLettered == 0, "an outage dead-letters nothing")
             #expect(try await harness.committedOffsets(group: "outage").values.allSatisfy { $0 == nil }, "nothing committed meanwhile")
