@@ -92,7 +92,7 @@ struct DemoCommand: AsyncParsableCommand {
         let transport = emulator.transportStatistics.map { " over \($0.http2Requests) HTTP/2 and \($0.http1Requests) HTTP/1.1 requests" } ?? ""
         await emulator.shutdown()
         let totals = relay.statistics.snapshot
-        Console.line("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
+        Console.line("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered)\(totals.skipped > 0 ? ", skipped \(totals.skipped)" : ""), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
     }
 
     static func throwawayKey() throws -> ServiceAccountKey {
@@ -136,6 +136,7 @@ struct DemoSideshow: Service {
         let seconds = elapsed.components.seconds
         Console.line("[\(seconds)s] consumed \(totals.consumed) | forwarded \(totals.accepted + totals.superseded) "
             + "(\(totals.requestsAccepted) requests) | dead-lettered \(totals.deadLettered) | "
+            + (totals.skipped > 0 ? "skipped \(totals.skipped) | " : "")
             + "vehicles \(relay.vehicleCount) seen, \(emulator.vehicles.count) in Fleet Engine | "
             + "uncommitted \(relay.uncommittedRecords)\(relay.isPaused ? " | paused" : "")")
     }
