@@ -261,12 +261,15 @@ import Testing
             let values = try Self.serialize(fixes, kind: "avro", registry: setup.server.baseURL, topic: harness.topic)
             try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
             setup.registry.setAvailable(false)
+            let downSince = ContinuousClock.now
             let running = try harness.startRelay(group: "outage") {
                 $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
                 $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
             }
-            // Five refusals with the backoff (0.5, 1, 2, 4 s between them): an outage of about 8 s.
-            try await eventually("the relay asked the registry again and again") { setup.registry.statistics.refusedWhileDown >= 5 }
+            // A 10 s outage, through which the relay keeps asking (0.5, 1, 2, 4 s between tries).
+            try await eventually("the registry was down for 10 s and asked again and again") {
+                ContinuousClock.now - downSince >= .seconds(10) && setup.registry.statistics.refusedWhileDown >= 5
+            }
             #expect(harness.emulator.statistics.updateRequests == 0, "nothing is sent without the schema")
             #expect(running.relay.statistics.snapshot.deadLettered == 0, "an outage dead-letters nothing")
             #expect(try await harness.committedOffsets(group: "outage").values.allSatisfy { $0 == nil }, "nothing committed meanwhile")
