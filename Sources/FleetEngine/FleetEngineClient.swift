@@ -42,9 +42,9 @@ public final class FleetEngineClient: Sendable {
             self.egress = egress
         }
 
-        /// HTTP/2 connections the in-flight limit needs.
+        /// HTTP/2 connections: as many as the in-flight limit needs, and one per event loop.
         public var connectionCount: Int {
-            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection))
+            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection), NIOSingletons.groupLoopCountSuggestion)
         }
     }
 

@@ -23,7 +23,8 @@ public struct KafkaConfiguration: Sendable {
     /// Parses `key=value` (as given to `--kafka-property`).
     public static func parseProperty(_ text: String) throws(KafkaError) -> (String, String) {
         guard let equals = text.firstIndex(of: "="), equals != text.startIndex else {
-            throw KafkaError(.configuration, "Kafka property '\(text)' is not of the form key=value")
+            // Not echoed: `sasl.password:…` is a secret with a typo.
+            throw KafkaError(.configuration, "a --kafka-property is not of the form key=value (its \(text.count) characters are not shown: they may hold a secret)")
         }
         let key = String(text[..<equals]).trimmingCharacters(in: .whitespaces)
         let value = String(text[text.index(after: equals)...])
@@ -33,7 +34,8 @@ public struct KafkaConfiguration: Sendable {
     /// Properties whose values must never be logged.
     public static func isSecret(_ key: String) -> Bool {
         let lowered = key.lowercased()
-        return ["password", "secret", "sasl.jaas.config", "ssl.key.pem", "token"].contains { lowered.contains($0) }
+        return ["password", "secret", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key.pem", "token", "credentials"]
+            .contains { lowered.contains($0) }
     }
 
     /// The properties with secret values masked, for the startup log line.

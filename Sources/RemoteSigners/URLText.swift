@@ -38,7 +38,9 @@ public enum URLText {
     }
 
     public static func isLoopback(_ url: String) -> Bool {
-        guard let afterScheme = url.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first else { return false }
+        guard let authority = url.split(separator: "/", omittingEmptySubsequences: true).dropFirst().first else { return false }
+        // After any user:password@.
+        let afterScheme = authority.split(separator: "@").last ?? authority
         let host = afterScheme.hasPrefix("[") ? String(afterScheme.prefix { $0 != "]" }.dropFirst())
             : String(afterScheme.split(separator: ":").first ?? "")
         return host == "localhost" || host.hasPrefix("127.") || host == "::1"

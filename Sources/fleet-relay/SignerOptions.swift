@@ -205,7 +205,12 @@ struct SignerOptions: ParsableArguments {
         return (name, value)
     }
 
-    private static func withoutQuery(_ url: String) -> String {
-        url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+    /// The URL for logs: without its query and without `user:password@`, either of which may
+    /// carry credentials.
+    static func withoutQuery(_ url: String) -> String {
+        let base = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+        guard let schemeEnd = base.range(of: "://"), let at = base[schemeEnd.upperBound...].firstIndex(of: "@"),
+              !base[schemeEnd.upperBound..<at].contains("/") else { return base }
+        return String(base[..<schemeEnd.upperBound]) + "<credentials>@" + String(base[base.index(after: at)...])
     }
 }

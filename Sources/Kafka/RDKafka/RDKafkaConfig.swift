@@ -20,7 +20,9 @@ enum RDKafkaConfig {
         var errorText = [CChar](repeating: 0, count: 512)
         let result = rd_kafka_conf_set(conf, key, value, &errorText, errorText.count)
         guard result == RD_KAFKA_CONF_OK else {
-            let reason = String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            var reason = String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            // librdkafka quotes an invalid value; a secret's stays out of the message.
+            if KafkaConfiguration.isSecret(key), !value.isEmpty { reason = reason.replacingOccurrences(of: value, with: "****") }
             throw KafkaError(.configuration, "Kafka property '\(key)': \(reason)")
         }
     }
