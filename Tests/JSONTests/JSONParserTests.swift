@@ -53,7 +53,11 @@ import Testing
         #expect(parsed["whole"] == .number(4))
         #expect(parsed["o"]?["n"] == .number(37.422))
         #expect(parsed["list"]?.arrayValue?.count == 2)
-        #expect(parsed.serialized() == (try JSONParser.parse(parsed.serialized())).serialized())
+        // The exact text, escapes and number forms included, not the writer compared with itself.
+        #expect(writer.json == #"{"s":"quote \" backslash \\ newline \n control \u0001 ü","i":90,"whole":4,"#
+            + #""o":{"n":37.422},"list":[{"n":37.422},{"n":37.422}]}"#)
+        #expect(parsed.serialized() == #"{"i":90,"list":[{"n":37.422},{"n":37.422}],"o":{"n":37.422},"#
+            + #""s":"quote \" backslash \\ newline \n control \u0001 ü","whole":4}"#)
     }
 
     @Test func objectsWrittenInPlaceNestAndSeparateCorrectly() throws {
