@@ -129,7 +129,9 @@ public actor TokenCache {
     private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
         guard slots[key] != nil else { return }
         slots[key]!.entry = .ready(token)
-        slots[key]!.refreshAt = token.expiresAt - refreshMarginSeconds - Int64.random(in: 0...refreshMarginSeconds)
+        // At least a second before the token stops being handed out (`exp − margin`): a refresh
+        // point on that boundary would never be reached by a request that still gets the token.
+        slots[key]!.refreshAt = token.expiresAt - refreshMarginSeconds - Int64.random(in: 1...max(1, refreshMarginSeconds))
     }
 
     private func countError(_ error: any Error) {

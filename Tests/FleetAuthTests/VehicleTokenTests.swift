@@ -125,7 +125,9 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         let (clock, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
-        clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point, still within the margin
+        // The last second the token is handed out (exp − margin − 1): past every refresh point,
+        // which lie from exp − 2 × margin to exp − margin − 1.
+        clock.now.add(3600 - 301, ordering: .relaxed)
         #expect(try await cache.token(for: vehicle) == first, "the current token is handed out without waiting")
         let deadline = ContinuousClock.now + .seconds(30)
         while try await cache.token(for: vehicle) == first, ContinuousClock.now < deadline {
