@@ -42,9 +42,9 @@ public final class FleetEngineClient: Sendable {
             self.egress = egress
         }
 
-        /// HTTP/2 connections: as many as the in-flight limit needs, and one per event loop.
+        /// HTTP/2 connections the in-flight limit needs (the pool adds one per event loop it lacks).
         public var connectionCount: Int {
-            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection), NIOSingletons.groupLoopCountSuggestion)
+            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection))
         }
     }
 
@@ -77,6 +77,12 @@ public final class FleetEngineClient: Sendable {
     public init(configuration: Configuration) {
         self.configuration = configuration
         self.transport = Self.transport(for: configuration)
+    }
+
+    /// The HTTP/2 connections the client keeps open; nil over HTTP/1.1.
+    public var http2ConnectionCount: Int? {
+        guard case .success(let transport) = transport else { return nil }
+        return transport.http2?.connectionCount
     }
 
     /// Executors on the event loops of the client's connections: a task preferring one

@@ -138,28 +138,22 @@ public struct AvroSchema: Sendable {
 
 /// Reads Avro's binary encoding (Avro 1.11 specification) with a writer schema.
 struct AvroReader {
-    struct Failure: Error {
-        let message: String
-    }
+    typealias Failure = BinaryDecodingError
 
-    private let bytes: [UInt8]
-    private var position: Int
+    private var cursor: ByteCursor
     private let schema: AvroSchema
     private var depth = 0
 
-    init(_ bytes: [UInt8], from start: Int, schema: AvroSchema) {
-        self.bytes = bytes
-        self.position = start
+    init(_ bytes: ArraySlice<UInt8>, schema: AvroSchema) {
+        self.cursor = ByteCursor(bytes)
         self.schema = schema
     }
 
     /// The whole value; bytes left over mean the schema does not fit.
-    static func decode(_ bytes: [UInt8], from start: Int, schema: AvroSchema) throws(Failure) -> JSONValue {
-        var reader = AvroReader(bytes, from: start, schema: schema)
+    static func decode(_ bytes: ArraySlice<UInt8>, schema: AvroSchema) throws(Failure) -> JSONValue {
+        var reader = AvroReader(bytes, schema: schema)
         let value = try reader.read(schema.root)
-        guard reader.position == bytes.count else {
-            throw Failure(message: "\(bytes.count - reader.position) bytes left after the value")
-        }
+        guard reader.cursor.isAtEnd else { throw Failure(message: "\(reader.cursor.remaining) bytes left after the value") }
         return value
     }
 
@@ -169,16 +163,16 @@ struct AvroReader {
         guard depth <= 64 else { throw Failure(message: "nested deeper than 64") }
         switch node {
         case .null: return .null
-        case .boolean: return .bool(try byte() != 0)
+        case .boolean: return .bool(try cursor.byte() != 0)
         case .int, .long: return .number(Double(try long()))
-        case .float: return .number(Double(Float(bitPattern: try fixedWidth(4) as UInt32)))
-        case .double: return .number(Double(bitPattern: try fixedWidth(8) as UInt64))
+        case .float: return .number(Double(Float(bitPattern: try cursor.littleEndian(UInt32.self))))
+        case .double: return .number(Double(bitPattern: try cursor.littleEndian(UInt64.self)))
         case .string:
             let raw = try block()
             guard let text = String(validating: raw, as: UTF8.self) else { throw Failure(message: "a string that is not UTF-8") }
             return .string(text)
         case .bytes: return .string(Data(try block()).base64EncodedString())
-        case .fixed(_, let size): return .string(Data(try take(size)).base64EncodedString())
+        case .fixed(_, let size): return .string(Data(try cursor.take(size)).base64EncodedString())
         case .record(_, let fields):
             var object: [String: JSONValue] = [:]
             for field in fields { object[field.name] = try read(field.type) }
@@ -223,49 +217,22 @@ struct AvroReader {
             var count = try long()
             if count == 0 { return }
             if count < 0 {
+                guard count != .min else { throw Failure(message: "a block count out of range") }
                 count = -count
                 _ = try long()
             }
-            guard count <= Int64(bytes.count - position) else { throw Failure(message: "a block of \(count) items in \(bytes.count - position) bytes") }
+            guard count <= Int64(cursor.remaining) else { throw Failure(message: "a block of \(count) items in \(cursor.remaining) bytes") }
             for _ in 0..<count { try item(&self) }
         }
     }
 
-    private mutating func byte() throws(Failure) -> UInt8 {
-        guard position < bytes.count else { throw Failure(message: "the value ends early") }
-        defer { position += 1 }
-        return bytes[position]
-    }
-
-    /// Zig-zag variable-length long.
     private mutating func long() throws(Failure) -> Int64 {
-        var result: UInt64 = 0
-        var shift: UInt64 = 0
-        while true {
-            let next = try byte()
-            result |= UInt64(next & 0x7F) << shift
-            if next & 0x80 == 0 { break }
-            shift += 7
-            guard shift < 64 else { throw Failure(message: "a varint longer than 10 bytes") }
-        }
-        return Int64(bitPattern: (result >> 1) ^ (0 &- (result & 1)))
-    }
-
-    private mutating func take(_ count: Int) throws(Failure) -> ArraySlice<UInt8> {
-        guard count >= 0, count <= bytes.count - position else { throw Failure(message: "the value ends early") }
-        defer { position += count }
-        return bytes[position..<position + count]
+        try cursor.signedVarint()
     }
 
     private mutating func block() throws(Failure) -> ArraySlice<UInt8> {
         let length = try long()
-        guard length >= 0, length <= Int64(bytes.count - position) else { throw Failure(message: "a length of \(length) past the end") }
-        return try take(Int(length))
-    }
-
-    private mutating func fixedWidth<Integer: FixedWidthInteger>(_ count: Int) throws(Failure) -> Integer {
-        var value: Integer = 0
-        for (index, byte) in try take(count).enumerated() { value |= Integer(byte) << (8 * index) }
-        return value
+        guard length >= 0, length <= Int64(cursor.remaining) else { throw Failure(message: "a length of \(length) past the end") }
+        return try cursor.take(Int(length))
     }
 }

@@ -30,11 +30,8 @@ public final class FramedRecordDecoder: RecordDecoder {
     /// 0.5 s doubling up to 30 s.
     public static let backoff: @Sendable (Int) -> Duration = { attempt in .milliseconds(min(30_000, 500 << min(attempt, 6))) }
 
-    /// Fetches every schema the records name and the cache lacks, asking again after each
-    /// failure until the registry answers (or `maximumAttempts` failed: then the last failure
-    /// is thrown). `unavailable` hears of each failure (for logs and health). Otherwise throws
-    /// only `CancellationError`, leaving the records undecoded.
-    public func prepare(_ records: [InputRecord], maximumAttempts: Int? = nil,
+    /// Fetches every schema the records name and the cache lacks (see `RecordDecoder.prepare`).
+    public func prepare(_ records: [InputRecord], maximumAttempts: Int?,
                         unavailable: (SchemaRegistryUnavailable) -> Void) async throws {
         let missing = Set(records.compactMap { Self.schemaId($0.value) }).subtracting(schemas.withLock { Set($0.keys) })
         for id in missing.sorted() {
@@ -56,10 +53,7 @@ public final class FramedRecordDecoder: RecordDecoder {
     }
 
     public func decode(_ record: InputRecord) -> DecodeOutcome {
-        if record.value.isEmpty, mapping.skipsEmptyValues { return .skipped(InputMapping.SkipRule.emptyValue.description) }
-        guard record.value.count <= LocationEventDecoder.maximumValueBytes + 5 else {
-            return .rejected(Rejection(reason: .tooLarge, detail: "The value is \(record.value.count) bytes; the limit is \(LocationEventDecoder.maximumValueBytes)."))
-        }
+        if let outcome = mapping.precheck(record, framing: 5) { return outcome }
         guard let id = Self.schemaId(record.value) else {
             return .rejected(Rejection(reason: .undecodable, detail: "The value has no Schema Registry framing (magic byte 0, then a 4-byte schema id)."))
         }
@@ -75,7 +69,7 @@ public final class FramedRecordDecoder: RecordDecoder {
             return .rejected(Rejection(reason: .undecodable, detail: "Schema \(id) cannot be used: \(why)."))
         case .found(.avro(let schema)):
             do {
-                document = try AvroReader.decode(record.value, from: 5, schema: schema)
+                document = try AvroReader.decode(record.value[5...], schema: schema)
             } catch {
                 return .rejected(Rejection(reason: .undecodable, detail: "The value does not fit Avro schema \(id): \(error.message)."))
             }

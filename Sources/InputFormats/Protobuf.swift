@@ -200,7 +200,7 @@ private enum DescriptorReader {
     }
 }
 
-/// Protobuf's wire format: tags, varints, fixed widths and length-delimited fields.
+/// Protobuf's wire format: tags, then varints, fixed widths or length-delimited fields.
 struct ProtobufWireReader {
     enum Value {
         case varint(UInt64)
@@ -209,49 +209,30 @@ struct ProtobufWireReader {
         case bytes(ArraySlice<UInt8>)
     }
 
-    struct Failure: Error {
-        let message: String
-    }
+    typealias Failure = BinaryDecodingError
 
-    private var bytes: ArraySlice<UInt8>
+    private(set) var cursor: ByteCursor
 
     init(_ bytes: ArraySlice<UInt8>) {
-        self.bytes = bytes
+        self.cursor = ByteCursor(bytes)
     }
-
-    var isAtEnd: Bool { bytes.isEmpty }
 
     /// The next field's number and value; nil at the end.
     mutating func nextField() throws(Failure) -> (Int, Value)? {
-        guard !bytes.isEmpty else { return nil }
-        let tag = try varint()
-        let number = Int(tag >> 3)
+        guard !cursor.isAtEnd else { return nil }
+        let tag = try cursor.varint()
+        let number = Int(truncatingIfNeeded: tag >> 3)
         guard number > 0 else { throw Failure(message: "field number 0") }
         switch tag & 7 {
-        case 0: return (number, .varint(try varint()))
-        case 1: return (number, .fixed64(try fixed64()))
+        case 0: return (number, .varint(try cursor.varint()))
+        case 1: return (number, .fixed64(try cursor.littleEndian(UInt64.self)))
         case 2:
-            let length = try varint()
-            guard length <= UInt64(bytes.count) else { throw Failure(message: "a length of \(length) past the end") }
-            let slice = bytes.prefix(Int(length))
-            bytes = bytes.dropFirst(Int(length))
-            return (number, .bytes(slice))
-        case 5: return (number, .fixed32(try fixed32()))
+            let length = try cursor.varint()
+            guard length <= UInt64(cursor.remaining) else { throw Failure(message: "a length of \(length) past the end") }
+            return (number, .bytes(try cursor.take(Int(length))))
+        case 5: return (number, .fixed32(try cursor.littleEndian(UInt32.self)))
         default: throw Failure(message: "wire type \(tag & 7) (groups are not supported)")
         }
-    }
-
-    mutating func varint() throws(Failure) -> UInt64 {
-        var result: UInt64 = 0
-        var shift: UInt64 = 0
-        while let byte = bytes.first {
-            bytes = bytes.dropFirst()
-            result |= UInt64(byte & 0x7F) << shift
-            if byte & 0x80 == 0 { return result }
-            shift += 7
-            guard shift < 70 else { throw Failure(message: "a varint longer than 10 bytes") }
-        }
-        throw Failure(message: "the message ends inside a varint")
     }
 }
 
@@ -267,20 +248,15 @@ struct ProtobufDecoder {
     /// The message indexes after the framing's schema id, then the message; the framing
     /// writes the indexes as a zig-zag count and zig-zag values, a single 0 for `[0]`.
     static func decodeFramed(_ value: [UInt8], schema: ProtobufSchema) throws(ProtobufWireReader.Failure) -> JSONValue {
-        var reader = ProtobufWireReader(value[5...])
-        let count = zigzag(try reader.varint())
+        var cursor = ByteCursor(value[5...])
+        let count = try cursor.signedVarint()
         guard count >= 0, count <= 32 else { throw .init(message: "\(count) message indexes") }
         var indexes: [Int] = []
-        for _ in 0..<count { indexes.append(Int(zigzag(try reader.varint()))) }
+        for _ in 0..<count { indexes.append(Int(truncatingIfNeeded: try cursor.signedVarint())) }
         if indexes.isEmpty { indexes = [0] }
         guard let message = schema.message(at: indexes) else { throw .init(message: "no message at indexes \(indexes)") }
-        let consumed = value.count - 5 - reader.remaining
         var decoder = ProtobufDecoder(schema: schema)
-        return try decoder.decode(value[(5 + consumed)...], as: message)
-    }
-
-    private static func zigzag(_ raw: UInt64) -> Int64 {
-        Int64(bitPattern: (raw >> 1) ^ (0 &- (raw & 1)))
+        return try decoder.decode(cursor.bytes, as: message)
     }
 
     mutating func decode(_ bytes: ArraySlice<UInt8>, as message: ProtobufSchema.Message) throws(ProtobufWireReader.Failure) -> JSONValue {
@@ -331,14 +307,14 @@ struct ProtobufDecoder {
     private mutating func repeatedValues(_ value: ProtobufWireReader.Value, _ field: ProtobufSchema.Field) throws(ProtobufWireReader.Failure) -> [JSONValue] {
         // Packed scalars: many values in one length-delimited field.
         if case .bytes(let packed) = value, ![9, 11, 12].contains(field.type) {
-            var reader = ProtobufWireReader(packed)
+            var cursor = ByteCursor(packed)
             var values: [JSONValue] = []
-            while !reader.isAtEnd {
+            while !cursor.isAtEnd {
                 let element: ProtobufWireReader.Value
                 switch field.type {
-                case 1, 6, 16: element = .fixed64(try reader.fixed64())
-                case 2, 7, 15: element = .fixed32(try reader.fixed32())
-                default: element = .varint(try reader.varint())
+                case 1, 6, 16: element = .fixed64(try cursor.littleEndian(UInt64.self))
+                case 2, 7, 15: element = .fixed32(try cursor.littleEndian(UInt32.self))
+                default: element = .varint(try cursor.varint())
                 }
                 values.append(try scalar(element, field))
             }
@@ -360,10 +336,10 @@ struct ProtobufDecoder {
         case (1, .fixed64(let bits)): return .number(Double(bitPattern: bits))
         case (2, .fixed32(let bits)): return .number(Double(Float(bitPattern: bits)))
         case (3, .varint(let raw)): return .number(Double(Int64(bitPattern: raw)))
-        case (18, .varint(let raw)): return .number(Double(Self.zigzag(raw)))
+        case (18, .varint(let raw)): return .number(Double(ByteCursor.zigzag(raw)))
         case (4, .varint(let raw)), (13, .varint(let raw)): return .number(Double(raw))
         case (5, .varint(let raw)): return .number(Double(Int32(truncatingIfNeeded: raw)))
-        case (17, .varint(let raw)): return .number(Double(Int32(truncatingIfNeeded: Self.zigzag(raw))))
+        case (17, .varint(let raw)): return .number(Double(Int32(truncatingIfNeeded: ByteCursor.zigzag(raw))))
         case (6, .fixed64(let raw)): return .number(Double(raw))
         case (16, .fixed64(let raw)): return .number(Double(Int64(bitPattern: raw)))
         case (7, .fixed32(let raw)): return .number(Double(raw))
@@ -424,20 +400,5 @@ struct ProtobufDecoder {
         default:
             return nil
         }
-    }
-}
-
-extension ProtobufWireReader {
-    var remaining: Int { bytes.count }
-
-    mutating func fixed64() throws(Failure) -> UInt64 { try fixedWidth(8) }
-    mutating func fixed32() throws(Failure) -> UInt32 { try fixedWidth(4) }
-
-    private mutating func fixedWidth<Integer: FixedWidthInteger>(_ count: Int) throws(Failure) -> Integer {
-        guard bytes.count >= count else { throw Failure(message: "the message ends early") }
-        var value: Integer = 0
-        for (index, byte) in bytes.prefix(count).enumerated() { value |= Integer(byte) << (8 * index) }
-        bytes = bytes.dropFirst(count)
-        return value
     }
 }

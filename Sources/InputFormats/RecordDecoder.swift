@@ -38,7 +38,24 @@ public enum DecodeOutcome: Sendable, Equatable {
 
 /// Turns records into events. Pure apart from the clock it is given; safe to share.
 public protocol RecordDecoder: Sendable {
+    /// Fetches what decoding the records needs from elsewhere (registry schemas), before
+    /// `decode` runs on them; waits out an outage, asking again with backoff, until it has it
+    /// or `maximumAttempts` failed (then throws the last failure). `unavailable` hears of
+    /// each failure. Throws `CancellationError` when cancelled, leaving the records undecoded.
+    func prepare(_ records: [InputRecord], maximumAttempts: Int?,
+                 unavailable: (SchemaRegistryUnavailable) -> Void) async throws
+
     func decode(_ record: InputRecord) -> DecodeOutcome
+}
+
+extension RecordDecoder {
+    /// Decoders that need nothing from elsewhere are always prepared.
+    public func prepare(_ records: [InputRecord], maximumAttempts: Int?,
+                        unavailable: (SchemaRegistryUnavailable) -> Void) async throws {}
+
+    public func prepare(_ records: [InputRecord], unavailable: (SchemaRegistryUnavailable) -> Void) async throws {
+        try await prepare(records, maximumAttempts: nil, unavailable: unavailable)
+    }
 }
 
 extension LocationEventDecoder: RecordDecoder {
@@ -64,10 +81,7 @@ public struct MappedJSONDecoder: RecordDecoder {
     }
 
     public func decode(_ record: InputRecord) -> DecodeOutcome {
-        if record.value.isEmpty, mapping.skipsEmptyValues { return .skipped(InputMapping.SkipRule.emptyValue.description) }
-        guard record.value.count <= LocationEventDecoder.maximumValueBytes else {
-            return .rejected(Rejection(reason: .tooLarge, detail: "The value is \(record.value.count) bytes; the limit is \(LocationEventDecoder.maximumValueBytes)."))
-        }
+        if let outcome = mapping.precheck(record) { return outcome }
         let document: JSONValue
         do {
             document = try JSONParser.parse(record.value)
@@ -91,7 +105,20 @@ public struct MappedJSONDecoder: RecordDecoder {
     }
 }
 
-extension RecordDecoder where Self == LocationEventDecoder {
+extension InputMapping {
+    /// What is decided before a value is decoded: a record without a value that the mapping
+    /// skips, or a value over the size limit (not counting `framing` bytes in front of it).
+    func precheck(_ record: InputRecord, framing: Int = 0) -> DecodeOutcome? {
+        if record.value.isEmpty, skipsEmptyValues { return .skipped(SkipRule.emptyValue.description) }
+        let size = record.value.count - framing
+        guard size <= LocationEventDecoder.maximumValueBytes else {
+            return .rejected(Rejection(reason: .tooLarge, detail: "The value is \(size) bytes; the limit is \(LocationEventDecoder.maximumValueBytes)."))
+        }
+        return nil
+    }
+}
+
+public enum RecordDecoders {
     /// The decoder for a topic: framed values through the Schema Registry when there is one,
     /// else JSON through the mapping, else the native event's own decoder.
     public static func forTopic(mapping: InputMapping?, schemaSource: (any SchemaSource)?,

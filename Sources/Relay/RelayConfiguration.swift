@@ -66,7 +66,7 @@ public struct RelayConfiguration: Sendable {
 
 extension RelayConfiguration {
     public func makeDecoder() -> any RecordDecoder {
-        .forTopic(mapping: inputMapping, schemaSource: schemaSource, defaultKind: defaultKind)
+        RecordDecoders.forTopic(mapping: inputMapping, schemaSource: schemaSource, defaultKind: defaultKind)
     }
 }
 

@@ -142,13 +142,11 @@ public final class RelayService: Service, Sendable {
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
             let inputs = chunk.map(InputRecord.init)
-            if let framed = decoder as? FramedRecordDecoder {
-                // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
-                do {
-                    try await framed.prepare(inputs) { noteRegistryUnavailable($0) }
-                } catch {
-                    break
-                }
+            // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
+            do {
+                try await decoder.prepare(inputs) { noteRegistryUnavailable($0) }
+            } catch {
+                break
             }
             let records = zip(chunk, inputs).map { record, input -> ConsumedRecord in
                 let source = RecordSource(record)

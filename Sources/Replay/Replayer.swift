@@ -196,17 +196,15 @@ public final class Replayer: Sendable {
         try await reader.assign(windows.filter { $0.records > 0 }.map {
             TopicPartitionOffset(TopicPartition(topic: configuration.topic, partition: $0.partition), offset: $0.start)
         })
-        let decoder: any RecordDecoder = .forTopic(mapping: configuration.inputMapping, schemaSource: configuration.schemaSource,
+        let decoder = RecordDecoders.forTopic(mapping: configuration.inputMapping, schemaSource: configuration.schemaSource,
                                                    defaultKind: configuration.defaultKind)
         var lastProgress = ContinuousClock.now
         while !remaining.isEmpty, !Task.isCancelled {
             let (records, reachedEnd) = try await reader.poll(maximum: 2000)
             if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
-            if let framed = decoder as? FramedRecordDecoder {
-                try await framed.prepare(records.map(InputRecord.init)) { problem in
-                    logger.warning("\(problem); records wait and are retried")
-                    lastProgress = .now  // waiting for the registry is not a stalled partition
-                }
+            try await decoder.prepare(records.map(InputRecord.init)) { problem in
+                logger.warning("\(problem); records wait and are retried")
+                lastProgress = .now  // waiting for the registry is not a stalled partition
             }
             for record in records {
                 guard let end = remaining[record.partition], record.offset < end else { continue }

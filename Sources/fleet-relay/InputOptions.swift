@@ -52,17 +52,8 @@ struct InputOptions: ParsableArguments {
 
     /// The value is a secret: errors describe its shape, never its text.
     private func credentials() throws(StartupError) -> String? {
-        let text: String
-        if let schemaRegistryCredentials {
-            text = schemaRegistryCredentials
-        } else if let path = schemaRegistryCredentialsFile {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw StartupError("--schema-registry-credentials-file \(path): cannot be read")
-            }
-            text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        } else {
-            return nil
-        }
+        guard let text = try SecretArgument.read(schemaRegistryCredentials, orFile: schemaRegistryCredentialsFile,
+                                                 fileFlag: "--schema-registry-credentials-file") else { return nil }
         guard let colon = text.firstIndex(of: ":"), colon != text.startIndex else {
             throw StartupError("the Schema Registry credentials must look like user:password")
         }

@@ -68,15 +68,13 @@ struct MappingCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let decoder: any RecordDecoder = .forTopic(mapping: try input.mapping(), schemaSource: try input.schemaSource(egress: try egressOptions.egress()),
+            let decoder = RecordDecoders.forTopic(mapping: try input.mapping(), schemaSource: try input.schemaSource(egress: try egressOptions.egress()),
                                                        defaultKind: kind)
             let records = try await samples()
-            if let framed = decoder as? FramedRecordDecoder {
-                do {
-                    try await framed.prepare(records, maximumAttempts: 3) { FleetRelayMain.printError("fleet-relay: \($0); retrying") }
-                } catch let error as SchemaRegistryUnavailable {
-                    throw StartupError("\(error)")
-                }
+            do {
+                try await decoder.prepare(records, maximumAttempts: 3) { FleetRelayMain.printError("fleet-relay: \($0); retrying") }
+            } catch let error as SchemaRegistryUnavailable {
+                throw StartupError("\(error)")
             }
             var (sent, skipped, rejected) = (0, 0, 0)
             for (number, record) in records.enumerated() {

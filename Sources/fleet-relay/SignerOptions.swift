@@ -182,17 +182,8 @@ struct SignerOptions: ParsableArguments {
 
     /// The token-service header from the flag (or its environment variable) or file.
     private func header() throws -> (name: String, value: String)? {
-        let text: String
-        if let tokenServiceHeader {
-            text = tokenServiceHeader
-        } else if let path = tokenServiceHeaderFile {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw StartupError("--token-service-header-file \(path): cannot be read")
-            }
-            text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        } else {
-            return nil
-        }
+        guard let text = try SecretArgument.read(tokenServiceHeader, orFile: tokenServiceHeaderFile,
+                                                 fileFlag: "--token-service-header-file") else { return nil }
         // The value is a secret: errors describe the shape, never the text.
         guard let colon = text.firstIndex(of: ":") else {
             throw StartupError("the token-service header must look like 'Name: value' (no ':' found)")

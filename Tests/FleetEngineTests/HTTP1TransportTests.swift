@@ -70,7 +70,7 @@ import Testing
                 }
                 guard let (answer, close) = server.script(number, connection) else { continue }
                 let written = context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: answer)))
-                if close { written.whenComplete { [context] _ in context.close(promise: nil) } }
+                if close { written.whenComplete { [channel = context.channel] _ in channel.close(promise: nil) } }
             }
         }
 
@@ -87,106 +87,102 @@ import Testing
         }
     }
 
-    func pool(port: Int, requestTimeout: TimeAmount = .seconds(10)) throws -> HTTP1ConnectionPool {
-        try HTTP1ConnectionPool(host: "127.0.0.1", port: port, egress: .standard, tls: false, maximumIdle: 4,
-                                connectTimeout: .seconds(5), requestTimeout: requestTimeout)
-    }
-
     func update(_ token: String = "Bearer a.b.c") -> EgressRequest {
         EgressRequest(method: "PUT", path: "/v1/providers/p/vehicles/v1?updateMask=last_location",
                       authorization: token, contentType: "application/json", body: ByteBuffer(string: "{\"x\":1}"))
     }
 
-    @Test func requestGoesOutAsOneWellFormedMessageAndChunkedAnswersKeepTheConnection() async throws {
-        let server = ScriptedServer { _, _ in
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n3\r\n\":1\r\n1\r\n}\r\n0\r\n\r\n", false)
-        }
+    /// A scripted server and a pool to it, for `body`; both closed after.
+    func withServer(requestTimeout: TimeAmount = .seconds(10), _ script: @escaping ScriptedServer.Script,
+                    _ body: (_ server: ScriptedServer, _ client: HTTP1ConnectionPool, _ port: Int) async throws -> Void) async throws {
+        let server = ScriptedServer(script: script)
         let port = try await server.start()
-        let client = try pool(port: port)
-        for _ in 0..<3 {
-            let response = try await client.execute(update())
-            #expect(response.status == 200)
-            #expect(String(buffer: response.body) == "{\"a\":1}")
-        }
-        let received = server.received.withLock { $0 }
-        #expect(received.count == 3)
-        #expect(Set(received.map(\.connection)) == [1], "keep-alive: all three on one connection")
-        #expect(received.first?.text == "PUT /v1/providers/p/vehicles/v1?updateMask=last_location HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
-            + "Authorization: Bearer a.b.c\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"x\":1}")
+        let client = try HTTP1ConnectionPool(host: "127.0.0.1", port: port, egress: .standard, tls: false, maximumIdle: 4,
+                                             connectTimeout: .seconds(5), requestTimeout: requestTimeout)
+        try await body(server, client, port)
         await client.shutdown()
         try await server.stop()
+    }
+
+    /// The request fails with the `ExchangeError` `expected` accepts, not any other way.
+    func expectFailure(_ client: HTTP1ConnectionPool, _ request: EgressRequest, _ what: String,
+                       _ expected: (ExchangeError) -> Bool) async {
+        do {
+            _ = try await client.execute(request)
+            Issue.record("\(what): the request succeeded")
+        } catch let error as ExchangeError {
+            #expect(expected(error), "\(what): \(error)")
+        } catch {
+            Issue.record("\(what): \(error)")
+        }
+    }
+
+    static let emptyAnswer = ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+
+    @Test func requestGoesOutAsOneWellFormedMessageAndChunkedAnswersKeepTheConnection() async throws {
+        try await withServer({ _, _ in
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n3\r\n\":1\r\n1\r\n}\r\n0\r\n\r\n", false)
+        }) { server, client, port in
+            for _ in 0..<3 {
+                let response = try await client.execute(update())
+                #expect(response.status == 200)
+                #expect(String(buffer: response.body) == "{\"a\":1}")
+            }
+            let received = server.received.withLock { $0 }
+            #expect(received.count == 3)
+            #expect(Set(received.map(\.connection)) == [1], "keep-alive: all three on one connection")
+            #expect(received.first?.text == "PUT /v1/providers/p/vehicles/v1?updateMask=last_location HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+                + "Authorization: Bearer a.b.c\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"x\":1}")
+        }
     }
 
     @Test func answerEndingWithTheConnectionIsReadWholeAndTheNextRequestUsesANewOne() async throws {
-        let server = ScriptedServer { request, _ in
-            request == 1 ? ("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\n\r\nback soon", true)
-                : ("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", false)
+        try await withServer({ request, _ in
+            request == 1 ? ("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\n\r\nback soon", true) : Self.emptyAnswer
+        }) { server, client, _ in
+            let first = try await client.execute(update())
+            #expect(first.status == 503)
+            #expect(first.retryAfter == "3")
+            #expect(String(buffer: first.body) == "back soon")
+            #expect(try await client.execute(update()).status == 200)
+            #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
         }
-        let port = try await server.start()
-        let client = try pool(port: port)
-        let first = try await client.execute(update())
-        #expect(first.status == 503)
-        #expect(first.retryAfter == "3")
-        #expect(String(buffer: first.body) == "back soon")
-        let second = try await client.execute(update())
-        #expect(second.status == 200)
-        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
-        await client.shutdown()
-        try await server.stop()
     }
 
     @Test func aLineBreakInAHeaderValueIsNeverSent() async throws {
-        let server = ScriptedServer { _, _ in ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false) }
-        let port = try await server.start()
-        let client = try pool(port: port)
-        await #expect(throws: ExchangeError.self) {
-            try await client.execute(update("Bearer a.b.c\r\nX-Injected: 1"))
+        try await withServer({ _, _ in Self.emptyAnswer }) { server, client, _ in
+            await expectFailure(client, update("Bearer a.b.c\r\nX-Injected: 1"), "a token with a line break") {
+                if case .invalidRequest = $0 { true } else { false }
+            }
+            let next = try await client.execute(update())
+            #expect(next.status == 200, "the next request goes through")
+            let received = server.received.withLock { $0 }
+            #expect(received.count == 1)
+            #expect(received.allSatisfy { !$0.text.contains("X-Injected") })
         }
-        let fine = try await client.execute(update())
-        #expect(fine.status == 200)
-        let received = server.received.withLock { $0 }
-        #expect(received.count == 1)
-        #expect(received.allSatisfy { !$0.text.contains("X-Injected") })
-        await client.shutdown()
-        try await server.stop()
     }
 
     @Test func unansweredRequestTimesOutAndClosesItsConnection() async throws {
-        let server = ScriptedServer { request, _ in
-            request == 1 ? nil : ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+        try await withServer(requestTimeout: .milliseconds(300), { request, _ in request == 1 ? nil : Self.emptyAnswer }) { server, client, _ in
+            await expectFailure(client, update(), "an unanswered request") {
+                if case .timedOut = $0 { true } else { false }
+            }
+            let next = try await client.execute(update())
+            #expect(next.status == 200, "the next request goes through")
+            #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
         }
-        let port = try await server.start()
-        let client = try pool(port: port, requestTimeout: .milliseconds(300))
-        do {
-            _ = try await client.execute(update())
-            Issue.record("an unanswered request returned")
-        } catch let error as ExchangeError {
-            guard case .timedOut = error else { throw error }
-        }
-        let next = try await client.execute(update())
-        #expect(next.status == 200)
-        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
-        await client.shutdown()
-        try await server.stop()
     }
 
     @Test func malformedAnswerFailsTheRequestAndTheConnection() async throws {
-        let server = ScriptedServer { request, _ in
-            request == 1 ? ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false)
-                : ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+        try await withServer({ request, _ in
+            request == 1 ? ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false) : Self.emptyAnswer
+        }) { server, client, _ in
+            await expectFailure(client, update(), "a malformed answer") {
+                if case .malformedResponse(let reason) = $0 { reason == "invalid Content-Length \"x\"" } else { false }
+            }
+            let next = try await client.execute(update())
+            #expect(next.status == 200, "the next request goes through")
+            #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
         }
-        let port = try await server.start()
-        let client = try pool(port: port)
-        do {
-            _ = try await client.execute(update())
-            Issue.record("a malformed answer was accepted")
-        } catch let error as ExchangeError {
-            guard case .malformedResponse(let reason) = error else { throw error }
-            #expect(reason == "invalid Content-Length \"x\"")
-        }
-        #expect(try await client.execute(update()).status == 200)
-        #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
-        await client.shutdown()
-        try await server.stop()
     }
 }

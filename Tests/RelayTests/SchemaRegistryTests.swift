@@ -91,6 +91,28 @@ import Testing
         let harness: RelayHarness
         let registry: SchemaRegistryEmulator
         let server: HTTPServer
+
+        var source: SchemaRegistryClient { SchemaRegistryClient(baseURL: server.baseURL, credentials: nil, egress: .standard) }
+
+        /// The fixes as Confluent's `kind` serializer writes them (registering its schema here).
+        func serialize(_ fixes: [Fix], kind: String) throws -> [[UInt8]] {
+            try SchemaRegistryTests.serialize(fixes, kind: kind, registry: server.baseURL, topic: harness.topic)
+        }
+
+        /// Produces `values`, each keyed by its fix's vehicle.
+        func produce(_ fixes: [Fix], _ values: [[UInt8]]) async throws {
+            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+        }
+
+        /// A relay reading framed values through this registry with `mapping` (nil: the native one).
+        func startRelay(group: String, mapping: String?) throws -> RelayHarness.RunningRelay {
+            let inputMapping = try mapping.map { try MappingFile.parse($0, name: group) }
+            let source = self.source
+            return try harness.startRelay(group: group) {
+                $0.inputMapping = inputMapping
+                $0.schemaSource = source
+            }
+        }
     }
 
     func withRegistry(_ body: (Setup) async throws -> Void) async throws {
@@ -122,17 +144,14 @@ import Testing
         try await withRegistry { setup in
             let harness = setup.harness
             let fixes = Self.fixes(prefix: "avro", vehicles: 4)
-            let values = try Self.serialize(fixes, kind: "avro", registry: setup.server.baseURL, topic: harness.topic)
+            let values = try setup.serialize(fixes, kind: "avro")
             #expect(values.count == fixes.count && values.allSatisfy { $0.first == 0 }, "framed: magic byte 0")
             let unknownId: [UInt8] = [0, 0, 0, 3, 0xE7, 0x02, 0x41]
             let garbage = Array(values[0].prefix(5)) + [0xFF, 0xFF, 0xFF]
             let unframed = Array(#"{"vehicle_id":"avro-0","lat":1,"lng":2,"recorded_at":1795381200000}"#.utf8)
             try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) }
                 + [(Array("avro-0".utf8), unknownId), (Array("avro-1".utf8), garbage), (Array("avro-2".utf8), unframed)])
-            let running = try harness.startRelay(group: "avro") {
-                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
-                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
-            }
+            let running = try setup.startRelay(group: "avro", mapping: Self.typedMapping)
             try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
             let letters = try await harness.readDeadLetters(count: 3)
             #expect(letters.map { $0.header("fleet-relay-error") ?? "" }.sorted() == ["undecodable", "undecodable", "unknown_schema"])
@@ -149,15 +168,11 @@ import Testing
         try await withRegistry { setup in
             let harness = setup.harness
             let fixes = Self.fixes(prefix: "proto", vehicles: 4)
-            let values = try Self.serialize(fixes, kind: "protobuf", registry: setup.server.baseURL, topic: harness.topic)
+            let values = try setup.serialize(fixes, kind: "protobuf")
             #expect(values.allSatisfy { Array($0.prefix(7)) == [0, 0, 0, 0, 2, 2, 2] },
                     "schema 2 (after its reference, id 1), message indexes [1]: the file's second message")
-            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
-            let source = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
-            let running = try harness.startRelay(group: "protobuf") {
-                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "protobuf")
-                $0.schemaSource = source
-            }
+            try await setup.produce(fixes, values)
+            let running = try setup.startRelay(group: "protobuf", mapping: Self.typedMapping)
             try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
             try expectDelivered(fixes, at: harness.emulator, altitude: 12.5)
             try await running.stop()
@@ -166,7 +181,7 @@ import Testing
             let extras = FramedRecordDecoder(mapping: try MappingFile.parse("""
                 fields: { vehicle_id: "tags[1]", lat: "samples[0]", lng: "samples[1]", recorded_at: recorded_at,
                           accuracy_m: "samples[2]", altitude_m: attributes.odometer }
-                """, name: "extras"), source: source)
+                """, name: "extras"), source: setup.source)
             let record = InputRecord(key: nil, value: values[0])
             try await extras.prepare([record]) { Issue.record("registry unavailable: \($0)") }
             guard case .update(let update) = extras.decode(record) else {
@@ -183,15 +198,11 @@ import Testing
         try await withRegistry { setup in
             let harness = setup.harness
             let fixes = Self.fixes(prefix: "json", vehicles: 2)
-            let values = try Self.serialize(fixes, kind: "jsonschema", registry: setup.server.baseURL, topic: harness.topic)
-            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
-            let running = try harness.startRelay(group: "jsonschema") {
-                $0.inputMapping = try? MappingFile.parse("""
-                    fields: { vehicle_id: vehicle_id, lat: position.lat, lng: position.lng,
-                              recorded_at: { path: recorded_at, format: epoch-micros }, speed_mps: speed_mps, heading: heading }
-                    """, name: "json")
-                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
-            }
+            try await setup.produce(fixes, try setup.serialize(fixes, kind: "jsonschema"))
+            let running = try setup.startRelay(group: "jsonschema", mapping: """
+                fields: { vehicle_id: vehicle_id, lat: position.lat, lng: position.lng,
+                          recorded_at: { path: recorded_at, format: epoch-micros }, speed_mps: speed_mps, heading: heading }
+                """)
             try await eventually("every fix reached the emulator") { allReceived(fixes, harness.emulator) }
             try expectDelivered(fixes, at: harness.emulator, altitude: nil)
             try await running.stop()
@@ -244,9 +255,7 @@ import Testing
                 "--rate", "50", "--duration", "1", "--format", format, "--schema-registry", setup.server.baseURL,
             ])
             #expect(simulated.status == 0, "\(simulated.stderr)")
-            let running = try harness.startRelay(group: "simulated-\(format)") {
-                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
-            }
+            let running = try setup.startRelay(group: "simulated-\(format)", mapping: nil)
             try await eventually("the five simulated vehicles reached the emulator") { harness.emulator.vehicles.count == 5 }
             try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "simulated-\(format)") }
             #expect(running.relay.statistics.snapshot.deadLettered == 0)
@@ -258,14 +267,10 @@ import Testing
         try await withRegistry { setup in
             let harness = setup.harness
             let fixes = Self.fixes(prefix: "outage", vehicles: 3)
-            let values = try Self.serialize(fixes, kind: "avro", registry: setup.server.baseURL, topic: harness.topic)
-            try await harness.produce(zip(fixes, values).map { (Array($0.vehicle.utf8), $1) })
+            try await setup.produce(fixes, try setup.serialize(fixes, kind: "avro"))
             setup.registry.setAvailable(false)
             let downSince = ContinuousClock.now
-            let running = try harness.startRelay(group: "outage") {
-                $0.inputMapping = try? MappingFile.parse(Self.typedMapping, name: "avro")
-                $0.schemaSource = SchemaRegistryClient(baseURL: setup.server.baseURL, credentials: nil, egress: .standard)
-            }
+            let running = try setup.startRelay(group: "outage", mapping: Self.typedMapping)
             // A 10 s outage, through which the relay keeps asking (0.5, 1, 2, 4 s between tries).
             try await eventually("the registry was down for 10 s and asked again and again") {
                 ContinuousClock.now - downSince >= .seconds(10) && setup.registry.statistics.refusedWhileDown >= 5

@@ -41,8 +41,8 @@ public final class HTTP1ConnectionPool: Sendable {
         while let connection = idle.withLock({ Self.takeLocalOrLast(&$0) }) {
             if connection.isUsable { return connection }
         }
-        let eventLoop = MultiThreadedEventLoopGroup.currentEventLoop ?? eventLoopGroup.next()
-        let connection = try await HTTP1Connection.connect(to: origin, on: eventLoop).get()
+        // The caller's own loop when it is one of the group's (a worker's), so its requests need no hop.
+        let connection = try await HTTP1Connection.connect(to: origin, on: eventLoopGroup.any()).get()
         if Task.isCancelled {
             giveBack(connection)
             throw CancellationError()
