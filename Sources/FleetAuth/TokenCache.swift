@@ -8,21 +8,37 @@
 ///   active vehicles never wait on a mint. Each token's refresh point is drawn at
 ///   random within that margin, so tokens minted together (a cold start) are not
 ///   all replaced in the same few seconds an hour later.
+/// - Backoff: after a failed mint the vehicle's callers get that failure without
+///   minting again until a delay (1 s, doubling up to 30 s) has passed, and a failed
+///   background refresh is retried after the same delay; during a signer outage that
+///   is one call per vehicle per delay, not one per Fleet Engine request.
+/// - Short-lived tokens: the margin is at most a third of a token's lifetime, so a
+///   token service issuing 5-minute tokens with the default 300 s margin still has each
+///   token used for minutes rather than minted again on every request (warned once).
 /// - Bounded: beyond `capacity` entries the least recently used are evicted.
 public actor TokenCache {
     private enum Entry {
         case ready(VehicleToken)
         case minting(Task<VehicleToken, any Error>)
+        /// The last mint failed: its callers get this error until `retryAt` (seconds since the epoch).
+        case failed(any Error, retryAt: Int64)
     }
 
     private struct Slot {
         var entry: Entry
         var lastUsed: UInt64
+        /// The `ready` token stops being handed out this many seconds before its `exp`.
+        var marginSeconds: Int64 = 0
         /// When a `ready` token is replaced in the background (seconds since the epoch).
         var refreshAt: Int64 = .max
         /// A background replacement under way for a `ready` token.
         var refresh: Task<VehicleToken, any Error>?
+        /// Mints and refreshes that failed in a row: the backoff grows with them.
+        var failures = 0
     }
+
+    /// The longest wait before minting again after failures.
+    public static let maximumBackoffSeconds: Int64 = 30
 
     public static let defaultCapacity = 200_000
 
@@ -31,6 +47,8 @@ public actor TokenCache {
     private let wildcard: Bool
     private let capacity: Int
     private let clock: EpochClock
+    private let warn: @Sendable (String) -> Void
+    private var warnedAboutShortLifetime = false
     private var slots: [VehicleIdentity: Slot] = [:]
     private var uses: UInt64 = 0
 
@@ -42,31 +60,38 @@ public actor TokenCache {
     /// - Parameters:
     ///   - wildcard: share one `"*"` token per kind across all vehicles; only when the operator configures it.
     ///   - capacity: most tokens kept; the least recently used beyond it are dropped.
+    ///   - warn: told once when tokens live too short for the configured margin.
     public init(signer: any VehicleTokenSigner, refreshMarginSeconds: Int64 = 300, wildcard: Bool = false,
-                capacity: Int = TokenCache.defaultCapacity, clock: @escaping EpochClock = systemEpochClock) {
+                capacity: Int = TokenCache.defaultCapacity, clock: @escaping EpochClock = systemEpochClock,
+                warn: @escaping @Sendable (String) -> Void = { _ in }) {
         self.signer = signer
         self.refreshMarginSeconds = refreshMarginSeconds
         self.wildcard = wildcard
         self.capacity = max(1, capacity)
         self.clock = clock
+        self.warn = warn
     }
 
     public var signerName: String { signer.name }
     public var count: Int { slots.count }
 
-    /// A token valid for at least the refresh margin.
+    /// A token valid for at least the refresh margin. Throws the signer's error, also while
+    /// backing off after a failed mint.
     public func token(for vehicle: VehicleIdentity) async throws -> String {
         let key = cacheKey(vehicle)
         uses += 1
         slots[key]?.lastUsed = uses
+        let now = clock()
         switch slots[key]?.entry {
-        case .ready(let token) where clock() < token.expiresAt - refreshMarginSeconds:
+        case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
             hitCount += 1
-            if clock() >= slots[key]!.refreshAt { refreshInBackground(key) }
+            if now >= slots[key]!.refreshAt { refreshInBackground(key) }
             return token.token
         case .minting(let task):
             hitCount += 1
             return try await task.value.token
+        case .failed(let error, let retryAt) where now < retryAt:
+            throw error
         default:
             // Expired for use: join the background replacement if one is under way.
             if let refresh = slots[key]?.refresh, let token = try? await refresh.value {
@@ -77,10 +102,12 @@ public actor TokenCache {
         }
     }
 
-    /// Drops a vehicle's token (after Fleet Engine refused it) so the next request mints anew.
-    public func invalidate(_ vehicle: VehicleIdentity) {
+    /// Drops a vehicle's token after Fleet Engine refused it, so the next request mints anew;
+    /// only if it is still the refused one (with wildcard tokens, many requests refused with one
+    /// old token must not each throw away the new one).
+    public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
-        if case .ready = slots[key]?.entry { slots[key] = nil }
+        if case .ready(let token) = slots[key]?.entry, token.token == refused { slots[key] = nil }
     }
 
     private func cacheKey(_ vehicle: VehicleIdentity) -> VehicleIdentity {
@@ -90,7 +117,8 @@ public actor TokenCache {
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
         let signer = self.signer
         let task = Task { try await signer.mint(for: key) }
-        slots[key] = Slot(entry: .minting(task), lastUsed: uses)
+        let failures = slots[key]?.failures ?? 0
+        slots[key] = Slot(entry: .minting(task), lastUsed: uses, failures: failures)
         mintCount += 1
         evictIfFull()
         do {
@@ -98,10 +126,18 @@ public actor TokenCache {
             setReady(key, token)
             return token
         } catch {
-            slots[key] = nil
             countError(error)
+            if slots[key] != nil {
+                slots[key]!.failures += 1
+                slots[key]!.entry = .failed(error, retryAt: clock() + Self.backoffSeconds(failures: slots[key]!.failures))
+            }
             throw error
         }
+    }
+
+    /// 1 s after the first failure, doubling, at most `maximumBackoffSeconds`.
+    static func backoffSeconds(failures: Int) -> Int64 {
+        min(maximumBackoffSeconds, Int64(1) << Int64(min(max(failures - 1, 0), 16)))
     }
 
     private func refreshInBackground(_ key: VehicleIdentity) {
@@ -111,7 +147,7 @@ public actor TokenCache {
         slots[key]?.refresh = task
         mintCount += 1
         Task {
-                let result = await task.result
+            let result = await task.result
             self.finishRefresh(key, task, result)
         }
     }
@@ -121,28 +157,47 @@ public actor TokenCache {
         guard slots[key]?.refresh == task else { return }  // invalidated, evicted or replaced meanwhile
         slots[key]?.refresh = nil
         switch result {
-        case .success(let token): setReady(key, token)
-        case .failure(let error): countError(error)  // the current token stays in use while valid
+        case .success(let token):
+            setReady(key, token)
+        case .failure(let error):
+            // The current token stays in use while valid; the next refresh waits out the backoff.
+            countError(error)
+            slots[key]!.failures += 1
+            slots[key]!.refreshAt = clock() + Self.backoffSeconds(failures: slots[key]!.failures)
         }
     }
 
     private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
         guard slots[key] != nil else { return }
+        let margin = margin(forLifetime: token.expiresAt - clock())
         slots[key]!.entry = .ready(token)
+        slots[key]!.failures = 0
+        slots[key]!.marginSeconds = margin
         // At least a second before the token stops being handed out (`exp − margin`): a refresh
         // point on that boundary would never be reached by a request that still gets the token.
-        slots[key]!.refreshAt = token.expiresAt - refreshMarginSeconds - Int64.random(in: 1...max(1, refreshMarginSeconds))
+        slots[key]!.refreshAt = token.expiresAt - margin - Int64.random(in: 1...max(1, margin))
+    }
+
+    /// The configured margin, or a third of the token's lifetime when that is shorter.
+    private func margin(forLifetime lifetime: Int64) -> Int64 {
+        guard lifetime < 3 * refreshMarginSeconds else { return refreshMarginSeconds }
+        let scaled = max(1, lifetime / 3)
+        if !warnedAboutShortLifetime {
+            warnedAboutShortLifetime = true
+            warn("Tokens from the \(signer.name) signer live \(lifetime) s, less than three times --token-refresh-margin (\(refreshMarginSeconds) s): each is replaced \(scaled) s before it expires instead")
+        }
+        return scaled
     }
 
     private func countError(_ error: any Error) {
         errorsByReason[(error as? SignerError)?.reason.rawValue ?? "other", default: 0] += 1
     }
 
-    /// Evicts the least recently used ready tokens, in batches of 1 % so that the
+    /// Evicts the least recently used tokens (and remembered failures), in batches of 1 % so that the
     /// sort is paid once per many inserts.
     private func evictIfFull() {
         guard slots.count > capacity + capacity / 100 else { return }
-        let evictable = slots.filter { if case .ready = $0.value.entry { true } else { false } }
+        let evictable = slots.filter { if case .minting = $0.value.entry { false } else { true } }
             .sorted { $0.value.lastUsed < $1.value.lastUsed }
         for (key, _) in evictable.prefix(slots.count - capacity) { slots[key] = nil }
     }

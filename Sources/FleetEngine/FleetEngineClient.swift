@@ -61,6 +61,9 @@ public final class FleetEngineClient: Sendable {
         public let body: String
         /// Why there is no answer (status 0).
         public let failure: TransportFailure?
+
+        /// The error body's message when the read was refused; never includes the token.
+        public var message: String { status == 200 ? "" : FleetEngineClient.errorMessage(body) }
     }
 
     public let configuration: Configuration
@@ -179,8 +182,9 @@ public final class FleetEngineClient: Sendable {
     }
 
     /// `error.message` from a Google API error body, else the body's start.
-    private static func errorMessage(_ body: ByteBuffer) -> String {
-        let text = String(buffer: body)
+    private static func errorMessage(_ body: ByteBuffer) -> String { errorMessage(String(buffer: body)) }
+
+    static func errorMessage(_ text: String) -> String {
         if let message = GoogleAPIError.message(fromBody: text) { return message }
         return String(text.prefix(200))
     }

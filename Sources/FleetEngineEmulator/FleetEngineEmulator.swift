@@ -42,6 +42,8 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Updates that arrived while another update of the same vehicle was still open: two
         /// relays sending for one vehicle at once, which a revoke must rule out.
         public var overlappingUpdates = 0
+        /// Requests refused because their token's `exp` had passed: a relay handing out expired tokens.
+        public var expiredTokens = 0
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -59,10 +61,14 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Delay before an update (not a read) is applied: a slow backend. An update whose client
         /// closes the connection meanwhile is dropped unapplied.
         public var updateLatency: Duration
+        /// Answers every vehicle read (`GET`) with this status, as Fleet Engine does for a token
+        /// whose role may update but not read (403), while updates go on being served.
+        public var vehicleReadStatus: Int?
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
                     rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = [],
-                    updateLatency: Duration = .zero) {
+                    updateLatency: Duration = .zero, vehicleReadStatus: Int? = nil) {
+            self.vehicleReadStatus = vehicleReadStatus
             self.updateLatency = updateLatency
             self.failRate = failRate
             self.throttleRate = throttleRate
@@ -193,6 +199,22 @@ public final class FleetEngineEmulator: EmulatedService {
         }
     }
 
+    /// Stores a newer location for a vehicle as if another client had just updated it (the live
+    /// relay, while a replay waits to retry): the update path's faults do not apply.
+    public func storeLocation(of identity: VehicleIdentity, recordedAtMilliseconds time: Int64) {
+        let stamp = RFC3339.format(milliseconds: time)
+        let location: JSONValue = .object([
+            "location": .object(["latitude": .number(1), "longitude": .number(1)]),
+            "supplementalLocationTime": .string(stamp), "updateTime": .string(stamp),
+        ])
+        state.withLock { state in
+            var vehicle = state.vehicles[identity] ?? Vehicle(lastLocation: .null, locationTimeMilliseconds: .min)
+            vehicle.lastLocation = location
+            vehicle.locationTimeMilliseconds = time
+            state.vehicles[identity] = vehicle
+        }
+    }
+
     /// The next `count` update requests are answered with `fault` instead of being processed.
     public func injectFaults(_ fault: InjectedFault, count: Int) {
         state.withLock { $0.faults += Array(repeating: fault, count: count) }
@@ -242,7 +264,9 @@ public final class FleetEngineEmulator: EmulatedService {
         }
         if recordsHistory, let token = request.bearerToken { state.withLock { _ = $0.receivedTokens.insert(token) } }
         switch verifier.verify(authorizationHeader: request.header("Authorization"), vehicle: vehicle) {
-        case .unauthenticated(let message)?: return Self.error(401, "UNAUTHENTICATED", message)
+        case .unauthenticated(let message)?:
+            if message == TokenVerifier.expiredMessage { state.withLock { $0.statistics.expiredTokens += 1 } }
+            return Self.error(401, "UNAUTHENTICATED", message)
         case .permissionDenied(let message)?: return Self.error(403, "PERMISSION_DENIED", message)
         case nil: break
         }
@@ -253,6 +277,10 @@ public final class FleetEngineEmulator: EmulatedService {
     }
 
     private func get(_ vehicle: VehicleIdentity) -> HTTPResponse {
+        if let status = state.withLock({ $0.plan.vehicleReadStatus }) {
+            return Self.error(status, status == 403 ? "PERMISSION_DENIED" : status == 404 ? "NOT_FOUND" : "UNAVAILABLE",
+                              "Injected answer to a vehicle read.")
+        }
         guard let stored = state.withLock({ $0.vehicles[vehicle] }) else {
             return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.")
         }

@@ -14,8 +14,12 @@ public struct TokenVerifier: Sendable {
     public let publicKey: RSAKey
     public let keyId: String
     public let serviceAccount: String
-    /// Fleet Engine tolerates roughly ten minutes of clock skew.
+    /// Tolerated skew for `iat` in the future (Fleet Engine's documented allowance is about ten minutes).
     public let clockSkewSeconds: Int64 = 600
+    /// `exp` is strict: a token is refused from its expiry second on, so a client that hands out
+    /// expired tokens is caught rather than excused.
+    public let expiryLeewaySeconds: Int64 = 0
+    public static let expiredMessage = "JWT has expired."
     private let clock: EpochClock
     private let verifiedSignatures: VerifiedSignatures?
 
@@ -69,7 +73,7 @@ public struct TokenVerifier: Sendable {
             issuedAt == issuedAt.rounded(), expiresAt == expiresAt.rounded()
         else { return .unauthenticated("JWT iat and exp must be integers.") }
         let now = clock()
-        if Int64(expiresAt) <= now - clockSkewSeconds { return .unauthenticated("JWT has expired.") }
+        if Int64(expiresAt) <= now - expiryLeewaySeconds { return .unauthenticated(Self.expiredMessage) }
         if Int64(issuedAt) > now + clockSkewSeconds { return .unauthenticated("JWT iat is in the future.") }
         if expiresAt - issuedAt > Double(FleetEngineClaims.maximumLifetimeSeconds) {
             return .unauthenticated("JWT lifetime exceeds one hour.")

@@ -18,13 +18,17 @@ public final class KafkaPartitionReader: Sendable {
     ]
 
     /// - Parameter configuration: librdkafka properties; auto-commit and offset storing are
-    ///   always off. librdkafka wants a `group.id` even for assignments: a private one is set
-    ///   (never joined, never committed to), so the configured group is never touched.
+    ///   always off, and an offset out of range resets to the earliest. librdkafka wants a
+    ///   `group.id` even for assignments: a private one is set (never joined, never committed
+    ///   to), so the configured group is never touched.
     public init(configuration: KafkaConfiguration, logger: Logger) throws(KafkaError) {
         var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         properties["group.id"] = "fleet-relay-reader-\(UInt64.random(in: 0...UInt64.max))"
         properties["enable.auto.commit"] = "false"
         properties["enable.auto.offset.store"] = "false"
+        // A start offset already deleted by retention restarts the partition at its oldest record,
+        // never at its end (librdkafka's default): the caller sees the gap and reports it.
+        properties["auto.offset.reset"] = "earliest"
         self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties),
                                         context: RDKafkaClientContext(logger: logger))
         self.logger = logger

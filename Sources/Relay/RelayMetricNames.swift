@@ -8,6 +8,7 @@ public enum RelayMetricNames {
         "fleet_relay_dead_letters_total": "Records written to the dead-letter topic, by reason.",
         "fleet_relay_fleet_engine_requests_total": "Fleet Engine update requests, by vehicle kind and HTTP status (0: no answer).",
         "fleet_relay_fleet_engine_request_seconds": "Duration of Fleet Engine update requests.",
+        "fleet_relay_live_checks_total": "Reads of a vehicle's live location before an update, by result: newer (update skipped), older, no_location, unavailable (retried), and not_found, unauthenticated, permission_denied, invalid_argument (update sent without the check).",
         "fleet_relay_retries_total": "Retries, by cause (HTTP status, connection, timeout, signer, unauthenticated, permission_denied).",
         "fleet_relay_coalesced_per_request": "Records carried by one accepted request (lastLocation plus pastLocations).",
         "fleet_relay_end_to_end_seconds": "Time from an event's recorded_at to Fleet Engine accepting it.",

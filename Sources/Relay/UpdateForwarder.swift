@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetEngine
 import Logging
+import Metrics
 
 /// How a request ended for its records.
 public enum DeliveryOutcome: Sendable, Equatable {
@@ -48,6 +49,8 @@ public struct UpdateForwarder: Sendable {
     let logLimiter: LogLimiter
     let logger: Logger
     let observeResponse: @Sendable (FleetEngineOutcome) -> Void
+    /// The first live-location refusal of each kind per hour is logged.
+    private let liveCheckNotices = LogLimiter(limit: 1, interval: .seconds(3600))
 
     /// - Parameter observeResponse: sees every update response's outcome (a replay slows down on 429s).
     public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
@@ -110,6 +113,7 @@ public struct UpdateForwarder: Sendable {
             if !delivery.liveChecked {
                 let live = await liveLocation(of: update.vehicle, token: token)
                 if Task.isCancelled { break }
+                countLiveCheck(live, update)
                 switch live {
                 case .known(let live):
                     delivery.liveChecked = true
@@ -120,7 +124,7 @@ public struct UpdateForwarder: Sendable {
                     }
                 case .unknown:
                     delivery.liveChecked = true  // the update itself will say what is wrong
-                case .unavailable(let cause, let detail):
+                case .unavailable(let cause, let detail, _):
                     lastCause = cause
                     health.record(.transient(cause: cause, retryAfterSeconds: nil), detail: detail)
                     guard await backOff(attempt: &attempt, retryAfter: nil, cause: cause) else { break }
@@ -144,7 +148,7 @@ public struct UpdateForwarder: Sendable {
                     return delivery
                 }
                 reauthenticated = true
-                await tokens.invalidate(update.vehicle)
+                await tokens.invalidate(update.vehicle, refused: token)
                 statistics.recordRetry(cause: response.outcome.deadLetterReason)
             case .rejected(let reason):
                 delivery.outcome = .rejected(reason: reason, detail: Self.detail(response))
@@ -153,6 +157,9 @@ public struct UpdateForwarder: Sendable {
                 logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying")
                 lastCause = cause
                 guard await backOff(attempt: &attempt, retryAfter: retryAfter, cause: cause) else { break }
+                // While this update waited, a newer fix may have reached Fleet Engine (the live
+                // relay, during a replay): read the live location again before the next attempt.
+                if checkLiveLocation { delivery.liveChecked = false }
             }
         }
         delivery.outcome = .abandoned
@@ -162,20 +169,44 @@ public struct UpdateForwarder: Sendable {
     private enum LiveLocationResult {
         /// Fleet Engine answered; nil when the vehicle has no location yet.
         case known(Int64?)
-        /// Fleet Engine refused to say (404, 401, 403, 400): the update's own answer decides.
-        case unknown
+        /// Fleet Engine refused to say (404, 401, 403, 400), named as in the metric: the update's own answer decides.
+        case unknown(result: String, status: Int, message: String)
         /// Cause and detail: worth retrying.
-        case unavailable(String, String)
+        case unavailable(String, String, status: Int)
     }
 
     private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
         let fetched = await client.fetchVehicle(vehicle, token: token)
         switch fetched.status {
         case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body))
-        case 400, 401, 403, 404: return .unknown
-        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer")
-        default: return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
+        case 400: return .unknown(result: "invalid_argument", status: 400, message: fetched.message)
+        case 401: return .unknown(result: "unauthenticated", status: 401, message: fetched.message)
+        case 403: return .unknown(result: "permission_denied", status: 403, message: fetched.message)
+        case 404: return .unknown(result: "not_found", status: 404, message: fetched.message)
+        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer", status: 0)
+        default: return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)", status: fetched.status)
         }
+    }
+
+    /// Counts each live-location read by result (`fleet_relay_live_checks_total`) and logs the first
+    /// refusal of each kind an hour: while Fleet Engine refuses the read, updates go out without the
+    /// never-backwards check, and an operator must be able to see that.
+    private func countLiveCheck(_ result: LiveLocationResult, _ update: VehicleLocationUpdate) {
+        let label: String
+        switch result {
+        case .known(nil): label = "no_location"
+        case .known(let live?): label = live >= update.lastLocation.recordedAtMilliseconds ? "newer" : "older"
+        case .unavailable: label = "unavailable"
+        case .unknown(let result, let status, let message):
+            label = result
+            let (allowed, suppressed) = liveCheckNotices.allow(result)
+            if allowed {
+                logger.warning(
+                    "Fleet Engine refused to read the live location of \(update.vehicle) (\(status): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(result)\"}",
+                    metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+            }
+        }
+        Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", label)]).increment()
     }
 
     /// Sleeps before the next attempt; false when the task was cancelled meanwhile.

@@ -1,18 +1,49 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The window as the operator asked for it, in the words of the flags: a relative
+/// `--from -2h` stays `-2h`, so a resumed replay can tell whether it was asked the same.
+public struct ReplayRequest: Codable, Sendable, Equatable, CustomStringConvertible {
+    /// `--from` as given when relative (`-2h`), else the instant in RFC 3339 UTC.
+    public var from: String
+    /// `--to` likewise; nil for `--to-end`.
+    public var to: String?
+    /// nil: every partition.
+    public var partitions: [Int32]?
+
+    public init(from: String, to: String?, partitions: [Int32]?) {
+        self.from = from
+        self.to = to
+        self.partitions = partitions
+    }
+
+    public var description: String {
+        let end: String = if let to { "--to " + to } else { "--to-end" }
+        let chosen: String = if let partitions {
+            "partitions " + partitions.map { String($0) }.joined(separator: ",")
+        } else {
+            "all partitions"
+        }
+        return "--from " + from + " " + end + ", " + chosen
+    }
+}
 
 /// A replay's progress on disk, so an interrupted replay resumes where it stopped.
 ///
-/// It holds the window as resolved to offsets per partition (so a relative `--from`
-/// means the same records on resume) and the vehicles already settled (accepted,
-/// or skipped because Fleet Engine's live location was newer). A resumed replay reads
-/// the same offsets again and sends only the vehicles not yet settled. Every save
-/// writes a temporary file and renames it over the old one, so a crash leaves either
-/// the previous or the new checkpoint, never a torn one.
+/// It holds the window as asked for and as resolved to times and offsets per partition
+/// (so a relative `--from` means the same records on resume), and the vehicles already
+/// settled (accepted, or skipped because Fleet Engine's live location was newer). A
+/// resumed replay reads the same offsets again, filters on the same times, and sends
+/// only the vehicles not yet settled.
 public struct ReplayCheckpoint: Codable, Sendable, Equatable {
     public static let currentVersion = 1
 
     public var version = ReplayCheckpoint.currentVersion
     public var topic: String
+    /// The flags that made the window; absent in checkpoints of older versions.
+    public var request: ReplayRequest?
     public var fromMilliseconds: Int64
     public var toMilliseconds: Int64?
     public var partitions: [PartitionWindow]
@@ -20,9 +51,10 @@ public struct ReplayCheckpoint: Codable, Sendable, Equatable {
     public var settledVehicles: [String]
     public var complete: Bool
 
-    public init(topic: String, fromMilliseconds: Int64, toMilliseconds: Int64?, partitions: [PartitionWindow],
-                settledVehicles: [String] = [], complete: Bool = false) {
+    public init(topic: String, request: ReplayRequest? = nil, fromMilliseconds: Int64, toMilliseconds: Int64?,
+                partitions: [PartitionWindow], settledVehicles: [String] = [], complete: Bool = false) {
         self.topic = topic
+        self.request = request
         self.fromMilliseconds = fromMilliseconds
         self.toMilliseconds = toMilliseconds
         self.partitions = partitions
@@ -31,6 +63,11 @@ public struct ReplayCheckpoint: Codable, Sendable, Equatable {
     }
 
     public struct Problem: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// A resume asked for a different window than the checkpoint holds.
+    public struct Mismatch: Error, CustomStringConvertible {
         public let description: String
     }
 
@@ -49,17 +86,71 @@ public struct ReplayCheckpoint: Codable, Sendable, Equatable {
         return checkpoint
     }
 
+    /// Throws `Mismatch` unless this checkpoint was made for `topic` and `request`.
+    public func check(topic: String, request: ReplayRequest, path: String) throws {
+        guard self.topic == topic else {
+            throw Mismatch(description: "checkpoint \(path) belongs to a replay of topic \(self.topic), not \(topic); "
+                + "give its topic to resume it, or --restart to discard it")
+        }
+        if let saved = self.request, saved != request {
+            throw Mismatch(description: "checkpoint \(path) holds a replay of \(saved); this run asks for \(request); "
+                + "give the same window to resume it, or --restart to discard it and start over")
+        }
+    }
+
+    /// Replaces the file at `path` whole and durably: the new content goes to a temporary file
+    /// in the same directory, is flushed to disk, renamed over the old one, and the directory is
+    /// flushed too, so a crash or power loss leaves either the previous or the new checkpoint.
     public func save(to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try DurableFile.replace(path, with: Array(try encoder.encode(self)))
+    }
+}
+
+/// Whole-file replacement that survives crashes and power loss.
+enum DurableFile {
+    static func replace(_ path: String, with bytes: [UInt8]) throws {
         let url = URL(fileURLWithPath: path)
-        let temporary = url.deletingLastPathComponent()
-            .appendingPathComponent(".\(url.lastPathComponent).\(ProcessInfo.processInfo.processIdentifier).tmp")
-        try encoder.encode(self).write(to: temporary)
-        guard rename(temporary.path, url.path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            try? FileManager.default.removeItem(at: temporary)
-            throw Problem(description: "cannot replace checkpoint \(path): \(reason)")
+        let directory = url.deletingLastPathComponent().path
+        // Unique per write, not per process: every container's process is PID 1.
+        let temporary = directory + "/.\(url.lastPathComponent).\(UUID().uuidString).tmp"
+        do {
+            try write(bytes, to: temporary)
+            try check(rename(temporary, path) == 0, "cannot replace \(path)")
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+        try syncDirectory(directory)
+    }
+
+    private static func write(_ bytes: [UInt8], to path: String) throws {
+        let descriptor: Int32 = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        try check(descriptor >= 0, "cannot create \(path)")
+        defer { close(descriptor) }
+        var written = 0
+        while written < bytes.count {
+            let count: Int = bytes.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) -> Int in
+                Glibc.write(descriptor, buffer.baseAddress! + written, buffer.count - written)
+            }
+            if count < 0, errno == EINTR { continue }
+            try check(count >= 0, "cannot write \(path)")
+            written += count
+        }
+        try check(fsync(descriptor) == 0, "cannot flush \(path) to disk")
+    }
+
+    private static func syncDirectory(_ directory: String) throws {
+        let descriptor: Int32 = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try check(descriptor >= 0, "cannot open directory \(directory)")
+        defer { close(descriptor) }
+        try check(fsync(descriptor) == 0, "cannot flush directory \(directory) to disk")
+    }
+
+    private static func check(_ succeeded: Bool, _ what: @autoclosure () -> String) throws {
+        guard succeeded else {
+            throw ReplayCheckpoint.Problem(description: "\(what()): \(String(cString: strerror(errno)))")
         }
     }
 }

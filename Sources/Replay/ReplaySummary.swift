@@ -4,6 +4,8 @@ import Foundation
 public struct ReplaySummary: Sendable, Equatable {
     public var recordsInWindow = 0
     public var recordsRead = 0
+    /// Records of the window deleted by retention before they were read, per partition.
+    public var deletedBeforeRead: [Int32: Int64] = [:]
     /// In the offset range but stamped outside `--from`/`--to`.
     public var outsideWindow = 0
     public var bad = 0
@@ -31,6 +33,13 @@ public struct ReplaySummary: Sendable, Equatable {
         var rows: [(String, String)] = [
             ("records in window (offsets)", "\(recordsInWindow)"),
             ("records read", "\(recordsRead)"),
+        ]
+        if !deletedBeforeRead.isEmpty {
+            let total: Int64 = deletedBeforeRead.values.reduce(0, +)
+            let partitions: [String] = deletedBeforeRead.keys.sorted().map { "partition \($0): \(deletedBeforeRead[$0]!)" }
+            rows.append(("deleted before read (retention)", "\(total) (" + partitions.joined(separator: ", ") + ")"))
+        }
+        rows += [
             ("outside the time window", "\(outsideWindow)"),
             ("bad", "\(bad)" + (bad > 0 ? " (\(deadLettered) dead-lettered)" : "")),
             ("skipped by the input mapping", "\(skipped)"),

@@ -33,6 +33,17 @@ public struct ReplayConfiguration: Sendable {
     public var retryPolicy: RetryPolicy
     /// How long one vehicle's update may keep failing transiently before it counts as failed.
     public var retryDeadline: Duration
+    /// Discard a checkpoint that exists and start over.
+    public var restart = false
+    /// The flags as given (`-2h` stays relative); by default the absolute times and partitions above.
+    public var requestedAs: ReplayRequest?
+
+    /// What a checkpoint must have been made for to be resumed by this replay.
+    public var request: ReplayRequest {
+        if let requestedAs { return requestedAs }
+        let end: String? = toMilliseconds.map { RFC3339.format(milliseconds: $0) }
+        return ReplayRequest(from: RFC3339.format(milliseconds: fromMilliseconds), to: end, partitions: partitions)
+    }
 
     public init(topic: String, partitions: [Int32]? = nil, fromMilliseconds: Int64, toMilliseconds: Int64?,
                 rate: Double? = nil, maximumInFlight: Int = 16, dryRun: Bool = false, checkpointPath: String? = nil,
@@ -119,7 +130,7 @@ public final class Replayer: Sendable {
             logger.info("Partition \(window.partition): the broker's offsets-for-times answer contradicted the partition's records; found offsets \(window.start)..<\(window.end) by binary search")
         }
 
-        let read = try await readWindow(windows, reader: reader, summary: &summary)
+        let read = try await readWindow(checkpoint, reader: reader, summary: &summary)
         let settled = Set(checkpoint.settledVehicles)
         let allUpdates = read.updates()
         let updates = allUpdates.filter { !settled.contains(Self.key($0.vehicle)) }
@@ -141,7 +152,7 @@ public final class Replayer: Sendable {
         let requests = statistics.snapshot
         summary.requestsSent = requests.requestsAccepted + requests.requestsFailed
         summary.interrupted = Task.isCancelled
-        checkpoint.complete = !summary.interrupted && summary.failed == 0
+        checkpoint.complete = !summary.interrupted && summary.failed == 0 && summary.deletedBeforeRead.isEmpty
         try saveCheckpoint(checkpoint)
         summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
         return (summary, plan)
@@ -151,11 +162,14 @@ public final class Replayer: Sendable {
 
     private func startingCheckpoint(_ reader: KafkaPartitionReader) async throws -> ReplayCheckpoint {
         if let path = configuration.checkpointPath, let saved = try ReplayCheckpoint.load(from: path) {
-            guard saved.topic == configuration.topic else {
-                throw ReplayError("checkpoint \(path) belongs to a replay of topic \(saved.topic), not \(configuration.topic)")
+            if configuration.restart {
+                logger.warning("--restart: discarding checkpoint \(path) (\(saved.settledVehicles.count) vehicles settled by it) and starting over")
+            } else {
+                try saved.check(topic: configuration.topic, request: configuration.request, path: path)
+                let end: String = saved.toMilliseconds.map { RFC3339.format(milliseconds: $0) } ?? "the end"
+                logger.info("Resuming from checkpoint \(path): \(saved.settledVehicles.count) vehicles already settled; the window resolved then (\(RFC3339.format(milliseconds: saved.fromMilliseconds)) to \(end)) is kept")
+                return saved
             }
-            logger.info("Resuming from checkpoint \(path): \(saved.settledVehicles.count) vehicles already settled; the window resolved then is kept")
-            return saved
         }
         let available = try await reader.partitionIDs(topic: configuration.topic)
         let chosen = configuration.partitions ?? available
@@ -165,7 +179,8 @@ public final class Replayer: Sendable {
         let windows = try await WindowResolver(index: reader).resolve(
             topic: configuration.topic, partitions: chosen,
             fromMilliseconds: configuration.fromMilliseconds, toMilliseconds: configuration.toMilliseconds)
-        let checkpoint = ReplayCheckpoint(topic: configuration.topic, fromMilliseconds: configuration.fromMilliseconds,
+        let checkpoint = ReplayCheckpoint(topic: configuration.topic, request: configuration.request,
+                                          fromMilliseconds: configuration.fromMilliseconds,
                                           toMilliseconds: configuration.toMilliseconds, partitions: windows)
         if !configuration.dryRun { try saveCheckpoint(checkpoint) }
         return checkpoint
@@ -178,15 +193,22 @@ public final class Replayer: Sendable {
 
     // MARK: Reading
 
-    private func readWindow(_ windows: [PartitionWindow], reader: KafkaPartitionReader,
+    private func readWindow(_ checkpoint: ReplayCheckpoint, reader: KafkaPartitionReader,
                             summary: inout ReplaySummary) async throws -> WindowCoalescer {
-        try await progress.phase("reading", total: summary.recordsInWindow, unit: "records") {
-            try await readRecords(windows, reader: reader, summary: &summary)
+        let times = TimeWindow(from: checkpoint.fromMilliseconds, to: checkpoint.toMilliseconds)
+        var firstOffsets: [Int32: Int64] = [:]
+        let coalescer = try await progress.phase("reading", total: summary.recordsInWindow, unit: "records") {
+            try await readRecords(checkpoint.partitions, times: times, reader: reader, summary: &summary, firstOffsets: &firstOffsets)
         }
+        if !Task.isCancelled {
+            summary.deletedBeforeRead = try await deletedBeforeRead(checkpoint.partitions, firstOffsets: firstOffsets, reader: reader)
+        }
+        return coalescer
     }
 
-    private func readRecords(_ windows: [PartitionWindow], reader: KafkaPartitionReader,
-                             summary: inout ReplaySummary) async throws -> WindowCoalescer {
+    /// Reads the windows' records into coalesced fixes, noting the first offset read per partition.
+    private func readRecords(_ windows: [PartitionWindow], times: TimeWindow, reader: KafkaPartitionReader,
+                             summary: inout ReplaySummary, firstOffsets: inout [Int32: Int64]) async throws -> WindowCoalescer {
         var coalescer = WindowCoalescer(pastLimit: configuration.pastLimit)
         var remaining = Dictionary(uniqueKeysWithValues: windows.filter { $0.records > 0 }.map { ($0.partition, $0.end) })
         guard !remaining.isEmpty else { return coalescer }
@@ -207,11 +229,16 @@ public final class Replayer: Sendable {
                 lastProgress = .now  // waiting for the registry is not a stalled partition
             }
             for record in records {
-                guard let end = remaining[record.partition], record.offset < end else { continue }
+                guard let end = remaining[record.partition] else { continue }
+                if firstOffsets[record.partition] == nil { firstOffsets[record.partition] = record.offset }
+                guard record.offset < end else {
+                    remaining[record.partition] = nil  // the reader started past the window: it was deleted
+                    continue
+                }
                 if record.offset >= end - 1 { remaining[record.partition] = nil }
                 summary.recordsRead += 1
                 progress.advance()
-                guard inWindow(record.timestampMilliseconds) else {
+                guard times.contains(record.timestampMilliseconds) else {
                     summary.outsideWindow += 1
                     continue
                 }
@@ -241,9 +268,24 @@ public final class Replayer: Sendable {
         return coalescer
     }
 
-    private func inWindow(_ timestamp: Int64?) -> Bool {
-        guard let timestamp else { return true }
-        return timestamp >= configuration.fromMilliseconds && timestamp < (configuration.toMilliseconds ?? .max)
+    /// Records of the window that retention deleted before they were read, per partition.
+    /// The reader starts a partition whose start offset is gone at its earliest record
+    /// (`auto.offset.reset=earliest`), so such a partition's first record lies past the
+    /// window's start; the partition's log start then says how many are gone. (A first
+    /// record past the start with the log starting earlier is a gap, such as a
+    /// transaction marker or compaction, and loses nothing.)
+    private func deletedBeforeRead(_ windows: [PartitionWindow], firstOffsets: [Int32: Int64],
+                                   reader: KafkaPartitionReader) async throws -> [Int32: Int64] {
+        var deleted: [Int32: Int64] = [:]
+        for window in windows where window.records > 0 && firstOffsets[window.partition] != window.start {
+            let partition = TopicPartition(topic: configuration.topic, partition: window.partition)
+            let logStart = try await reader.watermarks(partition).low
+            guard logStart > window.start else { continue }
+            let count = min(logStart, window.end) - window.start
+            deleted[window.partition] = count
+            logger.error("Partition \(window.partition): offsets \(window.start)..<\(window.start + count) of the window (\(count) records) were deleted by retention before they were read; they are not replayed")
+        }
+        return deleted
     }
 
     private func deadLetterWriter() throws -> DeadLetterWriter? {
@@ -275,27 +317,35 @@ public final class Replayer: Sendable {
             observeResponse: { outcome in
                 if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
             })
-        let ledger = SendLedger(checkpoint: checkpoint, progress: progress, logger: logger) { [self] in
-            try saveCheckpoint($0)
-        }
-        await withDiscardingTaskGroup { group in
-            for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
-                group.addTask {
-                    while !Task.isCancelled {
-                        let index = ledger.takeIndex()
-                        guard index < updates.count else { return }
-                        if let limiter {
-                            guard (try? await limiter.acquire()) != nil else { return }
+        let ledger = SendLedger(checkpoint: checkpoint, progress: progress)
+        await withTaskGroup(of: Void.self) { saving in
+            saving.addTask { await self.saveCheckpoints(of: ledger) }
+            await withDiscardingTaskGroup { group in
+                for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
+                    group.addTask {
+                        while !Task.isCancelled {
+                            let index = ledger.takeIndex()
+                            guard index < updates.count else { return }
+                            if let limiter {
+                                guard (try? await limiter.acquire()) != nil else { return }
+                            }
+                            let outcome = await self.deliver(updates[index], forwarder: forwarder)
+                            ledger.settle(updates[index].vehicle, outcome)
                         }
-                        let outcome = await self.deliver(updates[index], forwarder: forwarder)
-                        ledger.settle(updates[index].vehicle, outcome)
                     }
                 }
             }
+            saving.cancelAll()  // the caller saves the final state
         }
         let (outcomes, final) = ledger.result
         checkpoint = final
         return outcomes
+    }
+
+    private func saveCheckpoints(of ledger: SendLedger) async {
+        let logger = self.logger
+        await ledger.saveEverySecond(save: { (checkpoint: ReplayCheckpoint) throws in try self.saveCheckpoint(checkpoint) },
+                                     onError: { (error: any Error) in logger.error("Checkpoint not saved: \(error)") })
     }
 
     private func deliver(_ update: VehicleLocationUpdate, forwarder: UpdateForwarder) async -> SendLedger.VehicleOutcome {
@@ -322,8 +372,8 @@ public final class Replayer: Sendable {
     static func key(_ vehicle: VehicleIdentity) -> String { "\(vehicle.kind.rawValue)/\(vehicle.id)" }
 }
 
-/// Tallies the sending phase's outcomes and records settled vehicles in the
-/// checkpoint, saving it at most once a second (and once more at the end).
+/// Tallies the sending phase's outcomes and records settled vehicles in the checkpoint.
+/// Senders only append under its lock; the file is written by one saver outside it.
 final class SendLedger: Sendable {
     struct Outcomes {
         var accepted = 0
@@ -341,27 +391,39 @@ final class SendLedger: Sendable {
     private struct State {
         var outcomes = Outcomes()
         var checkpoint: ReplayCheckpoint
-        var savedAt = ContinuousClock.now
+        /// Vehicles settled so far: tells the saver whether there is anything new to write.
+        var settledCount = 0
     }
 
     private let state: Mutex<State>
     private let nextIndex = Atomic<Int>(0)
     private let progress: ReplayProgress
-    private let logger: Logger
-    private let save: @Sendable (ReplayCheckpoint) throws -> Void
 
-    init(checkpoint: ReplayCheckpoint, progress: ReplayProgress, logger: Logger,
-         save: @escaping @Sendable (ReplayCheckpoint) throws -> Void) {
+    init(checkpoint: ReplayCheckpoint, progress: ReplayProgress) {
         state = Mutex(State(checkpoint: checkpoint))
         self.progress = progress
-        self.logger = logger
-        self.save = save
     }
 
     /// The index of the next update for a worker to send.
     func takeIndex() -> Int { nextIndex.add(1, ordering: .relaxed).oldValue }
 
     var result: (Outcomes, ReplayCheckpoint) { state.withLock { ($0.outcomes, $0.checkpoint) } }
+
+    /// Writes the checkpoint once a second while vehicles settle, until cancelled. The copy is
+    /// taken under the lock (copy-on-write: no bytes move); encoding and `fsync` happen outside it.
+    func saveEverySecond(save: (ReplayCheckpoint) throws -> Void, onError: (any Error) -> Void) async {
+        var savedCount = 0
+        while (try? await Task.sleep(for: .seconds(1))) != nil {
+            let (checkpoint, count) = state.withLock { ($0.checkpoint, $0.settledCount) }
+            guard count != savedCount else { continue }
+            do {
+                try save(checkpoint)
+                savedCount = count
+            } catch {
+                onError(error)
+            }
+        }
+    }
 
     func settle(_ vehicle: VehicleIdentity, _ outcome: VehicleOutcome) {
         let label: String
@@ -384,13 +446,19 @@ final class SendLedger: Sendable {
             case .interrupted: return
             }
             state.checkpoint.settledVehicles.append(Replayer.key(vehicle))
-            guard ContinuousClock.now - state.savedAt >= .seconds(1) else { return }
-            state.savedAt = .now
-            do {
-                try save(state.checkpoint)
-            } catch {
-                logger.error("Checkpoint not saved: \(error)")
-            }
+            state.settledCount += 1
         }
+    }
+}
+
+/// The replay's times: records stamped outside are read but not sent.
+struct TimeWindow {
+    let from: Int64
+    /// Exclusive; nil: no end.
+    let to: Int64?
+
+    func contains(_ timestamp: Int64?) -> Bool {
+        guard let timestamp else { return true }
+        return timestamp >= from && timestamp < (to ?? .max)
     }
 }

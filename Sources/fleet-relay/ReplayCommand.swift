@@ -25,7 +25,8 @@ struct ReplayCommand: AsyncParsableCommand {
             Reads the window by explicit partition assignment (no consumer group, no commits), coalesces each \
             vehicle's fixes across the whole window into one request, and skips vehicles whose live location in \
             Fleet Engine is already newer. Stops by itself at the window's end and prints a summary. \
-            Exit status: 0 all settled, 1 some vehicles failed, 128+signal when interrupted.
+            Exit status: 0 all settled, 1 some vehicles failed or records of the window were deleted by retention \
+            before they were read, 128+signal when interrupted.
             """)
 
     @OptionGroup var kafka: KafkaOptions
@@ -57,6 +58,9 @@ struct ReplayCommand: AsyncParsableCommand {
 
     @Flag(help: "Send without comparing with Fleet Engine's live locations (may move vehicles back in time).")
     var force = false
+
+    @Flag(help: "Discard the --checkpoint file's replay and start over (resolving the window anew).")
+    var restart = false
 
     @Flag(help: "Only count bad records instead of writing them to the dead-letter topic.")
     var noDeadLetter = false
@@ -131,6 +135,9 @@ struct ReplayCommand: AsyncParsableCommand {
             checkpointPath: checkpoint, force: force, deadLetterTopic: noDeadLetter ? nil : deadLetterTopic ?? topic + ".dlq",
             defaultKind: kind, inputMapping: inputMapping, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
         configuration.schemaSource = try input.schemaSource(egress: try egressOptions.egress())
+        configuration.restart = restart
+        configuration.requestedAs = ReplayRequest(from: Self.requested(from, fromMilliseconds), to: to.map { Self.requested($0, toMilliseconds!) },
+                                                  partitions: try partitionList())
         let style: ReplayProgress.Style = switch progress {
         case .auto: ReplayProgress.automaticStyle()
         case .bar: .bar
@@ -151,6 +158,8 @@ struct ReplayCommand: AsyncParsableCommand {
         let (summary, plan): (ReplaySummary, Replayer.Plan)
         do {
             (summary, plan) = try outcome.get()
+        } catch let mismatch as ReplayCheckpoint.Mismatch {
+            throw ValidationError(mismatch.description)
         } catch {
             throw StartupError("replay failed: \(error)")
         }
@@ -160,7 +169,12 @@ struct ReplayCommand: AsyncParsableCommand {
             logger.warning("Interrupted: \(summary.unsettled) vehicles not sent\(checkpoint.map { "; resume with --checkpoint \($0)" } ?? "")")
             throw ExitCode(128 + signal)
         }
-        if summary.failed > 0 { throw ExitCode(1) }
+        if summary.failed > 0 || !summary.deletedBeforeRead.isEmpty { throw ExitCode(1) }
+    }
+
+    /// A time flag as a checkpoint records it: relative text as given, an absolute time normalised.
+    static func requested(_ text: String, _ milliseconds: Int64) -> String {
+        text.hasPrefix("-") ? text : RFC3339.format(milliseconds: milliseconds)
     }
 
     private func makeSender(logger: Logger) async throws -> ReplaySender? {
@@ -168,7 +182,7 @@ struct ReplayCommand: AsyncParsableCommand {
         let egress = try egressOptions.egress()
         let setup = try await signer.makeSigner(egress: egress) { logger.warning("\($0)") }
         let client = FleetEngineClient(configuration: try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider, egress: egress))
-        return ReplaySender(client: client, tokens: signer.makeTokenCache(setup.signer))
+        return ReplaySender(client: client, tokens: signer.makeTokenCache(setup.signer, logger: logger))
     }
 
     private func startOps(registry: PrometheusCollectorRegistry, health: RelayHealth) async throws -> OpsServer? {

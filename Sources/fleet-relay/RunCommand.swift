@@ -57,7 +57,7 @@ struct RunCommand: AsyncParsableCommand {
         let setup = try await signer.makeSigner(egress: egress) { logger.warning("\($0)") }
         let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider, egress: egress)
         let client = FleetEngineClient(configuration: clientConfiguration)
-        let tokens = signer.makeTokenCache(setup.signer)
+        let tokens = signer.makeTokenCache(setup.signer, logger: logger)
         var relayConfiguration = pipeline.relayConfiguration(
             kafka: kafkaConfiguration, topic: topic, group: group, maxInFlight: fleetEngine.maxInFlight,
             requestTimeoutSeconds: fleetEngine.requestTimeout)

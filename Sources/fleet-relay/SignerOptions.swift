@@ -63,7 +63,7 @@ struct SignerOptions: ParsableArguments {
     @Option(help: "Timeout of one call to the token service, IAM or the metadata server.")
     var signerTimeout = DurationArgument(argument: "10s")!
 
-    @Option(help: "Seconds before a token's expiry at which it is replaced.")
+    @Option(help: "Seconds before a token's expiry at which it is replaced (at most a third of the token's lifetime).")
     var tokenRefreshMargin: Int = 300
 
     @Option(help: "Most vehicle tokens kept; the least recently used beyond it are dropped.")
@@ -137,9 +137,9 @@ struct SignerOptions: ParsableArguments {
         }
     }
 
-    func makeTokenCache(_ signer: any VehicleTokenSigner) -> TokenCache {
+    func makeTokenCache(_ signer: any VehicleTokenSigner, logger: Logger) -> TokenCache {
         TokenCache(signer: signer, refreshMarginSeconds: Int64(tokenRefreshMargin), wildcard: tokenScope == .wildcard,
-                   capacity: tokenCacheSize)
+                   capacity: tokenCacheSize, warn: { logger.warning("\($0)") })
     }
 
     private func iamSetup(environment: [String: String], http: SignerHTTP, warn: (String) -> Void) async throws -> Setup {

@@ -41,16 +41,30 @@ import Testing
 final class CountingSigner: VehicleTokenSigner {
     let name = "counting"
     let mints = Atomic<Int>(0)
+    /// Every mint fails with `unavailable` while set.
+    let failing = Atomic<Bool>(false)
     let clock: EpochClock
+    let lifetime: Int64
 
-    init(clock: @escaping EpochClock) {
+    init(clock: @escaping EpochClock, lifetime: Int64 = 3600) {
         self.clock = clock
+        self.lifetime = lifetime
     }
 
     func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
         mints.add(1, ordering: .relaxed)
         try await Task.sleep(for: .milliseconds(50))  // a mint in progress while others ask
-        return VehicleToken(token: "token-\(vehicle.id)-\(mints.load(ordering: .relaxed))", expiresAt: clock() + 3600)
+        if failing.load(ordering: .relaxed) { throw SignerError(signer: name, reason: .unavailable, "signer down") }
+        return VehicleToken(token: "token-\(vehicle.id)-\(mints.load(ordering: .relaxed))", expiresAt: clock() + lifetime)
+    }
+}
+
+/// Waits for `condition` with a generous deadline.
+func eventually(_ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(60)
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { Issue.record("condition not met within 60 s"); return }
+        try await Task.sleep(for: .milliseconds(10))
     }
 }
 
@@ -104,9 +118,83 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         let (_, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
-        await cache.invalidate(vehicle)
+        await cache.invalidate(vehicle, refused: first)
         #expect(try await cache.token(for: vehicle) != first)
         #expect(signer.mints.load(ordering: .relaxed) == 2)
+    }
+
+    /// With a wildcard token many requests in flight are refused with the same old token; the
+    /// first invalidation makes a new one, and the later ones must not throw that away.
+    @Test func invalidationDropsOnlyTheRefusedToken() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, wildcard: true, clock: clock.epochClock)
+        let old = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "a"))
+        await cache.invalidate(VehicleIdentity(kind: .vehicle, id: "a"), refused: old)
+        let new = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "b"))
+        for id in ["b", "c", "d"] { await cache.invalidate(VehicleIdentity(kind: .vehicle, id: id), refused: old) }
+        #expect(try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "e")) == new)
+        #expect(signer.mints.load(ordering: .relaxed) == 2)
+    }
+
+    @Test func aFailingSignerIsAskedOncePerVehicleAndBackoff() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock)
+        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        signer.failing.store(true, ordering: .relaxed)
+        func burst() async -> Int {
+            await withTaskGroup(of: Bool.self) { group in
+                for _ in 0..<100 { group.addTask { (try? await cache.token(for: vehicle)) == nil } }
+                return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            }
+        }
+        #expect(await burst() == 100)
+        #expect(signer.mints.load(ordering: .relaxed) == 1, "one mint for a burst, failing or not")
+        #expect(await burst() == 100)
+        #expect(signer.mints.load(ordering: .relaxed) == 1, "no second mint within the first second")
+        for (wait, attempt) in [(1, 2), (1, 2), (1, 3), (3, 3), (1, 4)] as [(Int64, Int)] {
+            clock.now.add(wait, ordering: .relaxed)  // backoff 1 s, then 2 s, then 4 s
+            _ = await burst()
+            #expect(signer.mints.load(ordering: .relaxed) == attempt, "after \(wait) s more")
+        }
+        signer.failing.store(false, ordering: .relaxed)
+        clock.now.add(8, ordering: .relaxed)
+        #expect(await burst() == 0)
+        #expect(signer.mints.load(ordering: .relaxed) == 5)
+        #expect(await cache.errorsByReason["unavailable"] == 4)
+    }
+
+    @Test func aFailedBackgroundRefreshWaitsOutItsBackoffWhileTheTokenStaysInUse() async throws {
+        let (clock, signer, cache) = countingCache()
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        let first = try await cache.token(for: vehicle)
+        signer.failing.store(true, ordering: .relaxed)
+        clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point, still handed out
+        for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
+        try await eventually { await cache.errorsByReason["unavailable"] == 1 }
+        for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
+        #expect(signer.mints.load(ordering: .relaxed) == 2, "one refresh attempt, not one per request")
+    }
+
+    @Test func tokensShorterThanThreeMarginsUseAThirdOfTheirLifetimeAndWarnOnce() async throws {
+        let clock = ManualClock()
+        let signer = CountingSigner(clock: clock.epochClock, lifetime: 300)
+        let warnings = Mutex<[String]>([])
+        let cache = TokenCache(signer: signer, refreshMarginSeconds: 300, clock: clock.epochClock,
+                               warn: { warning in warnings.withLock { $0.append(warning) } })
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        let first = try await cache.token(for: vehicle)
+        clock.now.add(99, ordering: .relaxed)  // before every refresh point (exp − 200 at the earliest)
+        for _ in 0..<20 { #expect(try await cache.token(for: vehicle) == first) }
+        #expect(signer.mints.load(ordering: .relaxed) == 1, "a 5-minute token is reused, not minted per request")
+        clock.now.add(101, ordering: .relaxed)  // exp − 100: no longer handed out
+        let second = try await cache.token(for: vehicle)
+        #expect(second != first)
+        _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "w"))
+        #expect(warnings.withLock { $0 } == [
+            "Tokens from the counting signer live 300 s, less than three times --token-refresh-margin (300 s): each is replaced 100 s before it expires instead",
+        ])
     }
 
     @Test func wildcardSharesOneTokenPerKindOnlyWhenConfigured() async throws {

@@ -132,4 +132,20 @@ import Testing
         now.withLock { $0 += 3600 + 601 }
         #expect(verifier.verify(authorizationHeader: "Bearer " + token, vehicle: vehicle) == .unauthenticated("JWT has expired."))
     }
+
+    /// A client that hands out expired tokens must be caught, not excused by a leeway of minutes.
+    @Test func expiryIsStrictToTheSecond() throws {
+        let key = EmulatorTokenCheckTests.key
+        let now = Mutex<Int64>(1_800_000_000)
+        let verifier = TokenVerifier(publicKey: key.privateKey, keyId: "kid-1", serviceAccount: key.clientEmail,
+                                     clock: { now.withLock { $0 } })
+        let claims = FleetEngineClaims.claimsJSON(serviceAccount: key.clientEmail, kind: .vehicle, vehicleId: "veh-1",
+                                                  issuedAt: 1_800_000_000, lifetimeSeconds: 60)
+        let header = "Bearer " + JWT.signRS256(headerJSON: FleetEngineClaims.headerJSON(keyId: "kid-1"), claimsJSON: claims, key: key.privateKey)!
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-1")
+        now.withLock { $0 += 59 }
+        #expect(verifier.verify(authorizationHeader: header, vehicle: vehicle) == nil, "valid in its last second")
+        now.withLock { $0 += 1 }
+        #expect(verifier.verify(authorizationHeader: header, vehicle: vehicle) == .unauthenticated("JWT has expired."), "refused at exp")
+    }
 }

@@ -84,6 +84,40 @@ struct FakeTimeIndex: PartitionTimeIndex {
         #expect(leftovers.isEmpty)
     }
 
+    /// Every save has its own temporary file: with one named by the PID (1 in every container),
+    /// two saves at once wrote into one file and the second rename found nothing to rename.
+    @Test func concurrentSavesEachReplaceTheCheckpointWhole() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cp-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("replay.json").path
+        let versions = (0..<16).map { index in
+            ReplayCheckpoint(topic: "t", fromMilliseconds: 1, toMilliseconds: nil,
+                             partitions: [PartitionWindow(partition: 0, start: 1, end: 9, method: .lookup)],
+                             settledVehicles: (0...index * 50).map { "vehicle/v\($0)" })
+        }
+        let failures = await withTaskGroup(of: Int.self) { group in
+            for version in versions {
+                group.addTask { (0..<20).reduce(0) { failed, _ in failed + ((try? version.save(to: path)) == nil ? 1 : 0) } }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(failures == 0)
+        #expect(versions.contains(try #require(try ReplayCheckpoint.load(from: path))))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["replay.json"])
+    }
+
+    @Test func aCheckpointIsResumedOnlyByTheSameRequest() throws {
+        let request = ReplayRequest(from: "-2h", to: nil, partitions: nil)
+        let checkpoint = ReplayCheckpoint(topic: "t", request: request, fromMilliseconds: 1, toMilliseconds: nil, partitions: [])
+        try checkpoint.check(topic: "t", request: request, path: "cp.json")
+        #expect(throws: ReplayCheckpoint.Mismatch.self) { try checkpoint.check(topic: "u", request: request, path: "cp.json") }
+        for other in [ReplayRequest(from: "-3h", to: nil, partitions: nil), ReplayRequest(from: "-2h", to: "-1h", partitions: nil),
+                      ReplayRequest(from: "-2h", to: nil, partitions: [0])] {
+            #expect(throws: ReplayCheckpoint.Mismatch.self) { try checkpoint.check(topic: "t", request: other, path: "cp.json") }
+        }
+    }
+
     @Test func a429HalvesTheRateWhichThenRecoversTowardsTheConfiguredOne() async throws {
         let limiter = RequestRateLimiter(rate: 100)
         limiter.throttled()
@@ -278,6 +312,144 @@ extension IntegrationTests {
         #expect(span >= .seconds(9) && span <= .seconds(15), "2,000 requests at 200/s took \(span)")
     }
 
+    /// A replay resumed later with the same relative `--from` filters on the checkpoint's window,
+    /// not on `-2h` resolved again: fixes from the window's first minutes are still sent.
+    @Test func aResumedReplayKeepsTheCheckpointsWindow() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 3_600_000
+        // Six fixes a minute apart per vehicle: a resume 5 minutes later would cut off the first five.
+        var events: [GeneratedEvents.Event] = []
+        for step in 0..<6 {
+            events += try await Self.produceTimed(harness, vehicles: 20, steps: 1, start: start + Int64(step) * 60_000)
+        }
+        let checkpoint = FileManager.default.temporaryDirectory.appendingPathComponent("replay-\(UUID().uuidString).json").path
+        let request = ReplayRequest(from: "-2h", to: nil, partitions: nil)
+        // The first run: Fleet Engine refuses five vehicles, which stay unsettled.
+        let refused = Set((0..<5).map { "veh-\($0)" })
+        harness.emulator.faultPlan.rejectedVehicles = refused
+        let first = try await Self.replay(harness, Self.configuration(harness, from: start - 1000, to: nil) {
+            $0.checkpointPath = checkpoint
+            $0.requestedAs = request
+        })
+        #expect(first.accepted == 15 && first.failed == 5)
+        harness.emulator.faultPlan.rejectedVehicles = []
+
+        // Resumed "five minutes later": -2h now resolves to a later instant.
+        let resumed = try await Self.replay(harness, Self.configuration(harness, from: start + 300_000 - 1000, to: nil) {
+            $0.checkpointPath = checkpoint
+            $0.requestedAs = request
+        })
+        #expect(resumed.alreadySettled == 15 && resumed.accepted == 5 && resumed.failed == 0)
+        #expect(resumed.outsideWindow == 0)
+        for vehicle in refused {
+            let stored = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle)))
+            #expect(stored.receivedFixTimes == Set(events.filter { $0.vehicle == vehicle }.map(\.recordedAt)), "\(vehicle)")
+        }
+        #expect(try ReplayCheckpoint.load(from: checkpoint)?.complete == true)
+
+        // A different window stops with the mismatch; --restart starts over.
+        let other = Self.configuration(harness, from: start - 1000, to: nil) {
+            $0.checkpointPath = checkpoint
+            $0.requestedAs = ReplayRequest(from: "-3h", to: nil, partitions: nil)
+        }
+        await #expect(throws: ReplayCheckpoint.Mismatch.self) { try await Self.replay(harness, other) }
+        var restart = other
+        restart.restart = true
+        restart.force = true
+        let restarted = try await Self.replay(harness, restart)
+        #expect(restarted.alreadySettled == 0 && restarted.accepted == 20)
+    }
+
+    /// Retention deleted the start of a checkpoint's window before the resumed replay read it:
+    /// the reader restarts at the oldest record left (not at the end), and the shortfall is
+    /// reported per partition with exit 1.
+    @Test func recordsDeletedBeforeTheyWereReadAreReportedPerPartition() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 3_600_000
+        _ = try await Self.produceTimed(harness, vehicles: 10, steps: 20, start: start)
+        // The mock cluster keeps about 5 MiB per partition: later records (stamped after the
+        // window's times) push the window's first records out. Produce them until that happened,
+        // and a few more, which then lie in the checkpoint's offset range past the deletion.
+        let reader = try KafkaPartitionReader(configuration: harness.kafka, logger: harness.logger)
+        let partition = TopicPartition(topic: harness.topic, partition: 0)
+        let filler = [UInt8](repeating: UInt8(ascii: "x"), count: 128 * 1024)
+        try await KafkaProducer.run(configuration: harness.kafka, logger: harness.logger) { producer in
+            var extra = 0
+            for _ in 0..<256 where extra < 4 {
+                try await producer.send(topic: harness.topic, key: nil, value: filler, timestampMilliseconds: start + 60_000)
+                if try await reader.watermarks(partition).low > 0 { extra += 1 }
+            }
+        }
+        let (logStart, end) = try await reader.watermarks(partition)
+        try #require(logStart > 0 && logStart < end, "the mock cluster deleted offsets 0..<\(logStart) of 0..<\(end)")
+        // The checkpoint of a replay resolved before the deletion, resumed after it.
+        let checkpoint = FileManager.default.temporaryDirectory.appendingPathComponent("replay-\(UUID().uuidString).json").path
+        try ReplayCheckpoint(topic: harness.topic, fromMilliseconds: start, toMilliseconds: start + 20_000,
+                             partitions: [PartitionWindow(partition: 0, start: 0, end: end, method: .lookup)]).save(to: checkpoint)
+
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: start, to: start + 20_000) {
+            $0.checkpointPath = checkpoint
+            $0.deadLetterTopic = nil
+        })
+        #expect(summary.deletedBeforeRead == [0: logStart])
+        #expect(summary.recordsRead == Int(end - logStart), "the rest of the range was read from the log's start, not skipped")
+        #expect(summary.outsideWindow == summary.recordsRead && summary.vehicles == 0)
+        #expect(summary.table.contains("deleted before read (retention)  \(logStart) (partition 0: \(logStart))"), "\(summary.table)")
+        #expect(try ReplayCheckpoint.load(from: checkpoint)?.complete == false)
+
+        let command = try await IntegrationTests.CommandLineTests.RunningProcess(
+            ["replay", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--from", RFC3339.format(milliseconds: start),
+             "--to", RFC3339.format(milliseconds: start + 20_000), "--checkpoint", checkpoint, "--dry-run", "--progress", "log",
+             "--key-file", harness.writeKeyFile()]).finish()
+        #expect(command.status == 1, "\(command.stderr)")
+        #expect(command.stderr.contains("Partition 0: offsets 0..<\(logStart) of the window (\(logStart) records) were deleted by retention"),
+                "\(command.stderr)")
+    }
+
+    /// A replayed vehicle that keeps failing is checked against Fleet Engine's live location again
+    /// before each attempt: a newer fix delivered meanwhile (by the live relay) is not overwritten.
+    @Test func aRetriedVehicleIsCheckedAgainstTheLiveLocationBeforeEachAttempt() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        defer { Task { await harness.shutdown() } }
+        let start = WallClock.nowMilliseconds() - 3_600_000
+        _ = try await Self.produceTimed(harness, vehicles: 1, steps: 3, start: start)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "veh-0")
+        harness.emulator.faultPlan.unavailableVehicles = ["veh-0"]
+        async let replayed = Self.replay(harness, Self.configuration(harness, from: start, to: nil))
+        try await eventually("the replay retried") { (harness.emulator.statistics.updateResponsesByStatus[503] ?? 0) >= 2 }
+        harness.emulator.storeLocation(of: vehicle, recordedAtMilliseconds: start + 600_000)
+        harness.emulator.faultPlan.unavailableVehicles = []
+        let summary = try await replayed
+        #expect(summary.skippedNewerLive == 1 && summary.accepted == 0)
+        #expect(harness.emulator.vehicle(vehicle)?.locationTimeMilliseconds == start + 600_000)
+        #expect(harness.emulator.vehicle(vehicle)?.backwardsUpdates == 0)
+    }
+
+    /// While Fleet Engine refuses to read live locations, the never-backwards check is off:
+    /// each refusal is counted by result and the first is logged. (The live relay reads each
+    /// vehicle's location once after taking its partitions, as after a restart.)
+    @Test func refusedLiveLocationReadsAreCountedAndTheFirstIsLogged() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        defer { Task { await harness.shutdown() } }
+        _ = try await Self.produceTimed(harness, vehicles: 12, steps: 1, start: WallClock.nowMilliseconds() - 600_000)
+        harness.emulator.faultPlan.vehicleReadStatus = 403
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess(
+            ["run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "live-checks",
+             "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile,
+             "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1"])
+        try await eventually("all twelve vehicles were sent") { (harness.emulator.statistics.updateResponsesByStatus[200] ?? 0) == 12 }
+        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+        #expect(metricValue(metrics, "fleet_relay_live_checks_total", ["result": "permission_denied"]) == 12, "\(metrics)")
+        relay.process.terminate()
+        let finished = await relay.finish()
+        let notices = finished.stderr.split(separator: "\n").filter { $0.contains("refused to read the live location") }
+        #expect(notices.count == 1, "\(finished.stderr)")
+        #expect(notices.first?.contains("403") == true)
+    }
+
     /// The number in a summary table row (`  accepted   12`).
     static func row(_ table: String, _ name: String) -> Int? {
         table.split(separator: "\n").first { $0.trimmingCharacters(in: .whitespaces).hasPrefix(name + "  ") }
@@ -327,6 +499,17 @@ extension IntegrationTests {
             #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle))?.locationTimeMilliseconds == newest.recordedAt)
         }
         #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+        let requestsBefore = harness.emulator.statistics.requests
+
+        // The checkpoint belongs to "--from -2h --to-end": another window is a usage error, one line.
+        var otherWindow = base
+        otherWindow[otherWindow.firstIndex(of: "-2h")!] = "-3h"
+        let mismatch = try await IntegrationTests.CommandLineTests.RunningProcess(otherWindow + ["--checkpoint", checkpoint]).finish()
+        #expect(mismatch.status == 64, "\(mismatch.stderr)")
+        let lines = mismatch.stderr.split(separator: "\n").filter { $0.hasPrefix("fleet-relay: error:") }
+        #expect(lines.count == 1 && lines[0].contains("holds a replay of --from -2h --to-end, all partitions; this run asks for --from -3h"),
+                "\(mismatch.stderr)")
+        #expect(harness.emulator.statistics.requests == requestsBefore, "nothing was sent")
     }
 
     @Test func contradictoryWindowFlagsStopWithOneLine() async throws {

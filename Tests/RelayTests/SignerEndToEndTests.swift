@@ -4,6 +4,7 @@ import Foundation
 import HTTPServing
 import JSON
 import RemoteSigners
+import Synchronization
 import Testing
 
 /// Each signer, end to end through the binary: events in, every fix delivered with
@@ -185,5 +186,44 @@ extension IntegrationTests.RelayFaultTests {
         #expect(harness.emulator.statistics.responsesByStatus[403] == nil)
         await server.shutdown()
         await harness.shutdown()
+    }
+}
+
+extension IntegrationTests.RelayFaultTests {
+    /// Tokens that live 15 s, shorter than three default margins (300 s): each is used for about
+    /// two thirds of its life and replaced before it expires. The emulator refuses a token from its
+    /// `exp` second on, so a single expired token handed out would show as a 401.
+    @Test func shortLivedTokensAreReplacedBeforeTheyExpireAndReused() async throws {
+        let harness = try await RelayHarness(partitions: 2)
+        defer { Task { await harness.shutdown() } }
+        let warnings = Mutex<[String]>([])
+        let tokens = TokenCache(signer: LocalKeySigner(key: harness.key, lifetimeSeconds: 15),
+                                warn: { warning in warnings.withLock { $0.append(warning) } })
+        let running = try harness.startRelay(group: "relay", tokens: tokens)
+        let vehicles = (0..<4).map { "veh-\($0)" }
+        var produced: [GeneratedEvents.Event] = []
+        // Each vehicle sends a fix every 200 ms until it has gone through three tokens of its own.
+        let deadline = ContinuousClock.now + .seconds(180)
+        var step = Int64(0)
+        let start = WallClock.nowMilliseconds()
+        while await tokens.mintCount < 3 * vehicles.count, ContinuousClock.now < deadline {
+            let batch = vehicles.enumerated().map { index, vehicle in
+                GeneratedEvents.Event(vehicle: vehicle, latitude: 37, longitude: -122 + Double(index) / 100,
+                                      recordedAt: start + step * 200 + Int64(index))
+            }
+            try await harness.produce(batch.map(\.record))
+            produced += batch
+            step += 1
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        try await eventually("every fix arrived") { harness.lostEvents(produced).isEmpty }
+        try await running.stop()
+        let statistics = harness.emulator.statistics
+        #expect(statistics.expiredTokens == 0 && statistics.responsesByStatus[401] == nil, "no request carried an expired token")
+        let minted = await tokens.mintCount
+        #expect(minted >= 3 * vehicles.count)
+        #expect(minted * 3 < statistics.updateRequests, "\(minted) tokens for \(statistics.updateRequests) requests: reused, not minted per request")
+        #expect(warnings.withLock { $0.count } == 1)
+        #expect(warnings.withLock { $0.first?.contains("each is replaced 5 s before it expires") } == true)
     }
 }
