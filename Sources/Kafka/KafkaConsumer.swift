@@ -82,7 +82,8 @@ public final class KafkaConsumer: Service, Sendable {
         topics: [String],
         logger: Logger,
         rebalanceHandler: @escaping RebalanceHandler = { _ in [] },
-        committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void = { _ in }
+        committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void = { _ in },
+        consumeError: @escaping @Sendable (String) -> Void = { _ in }
     ) throws(KafkaError) {
         guard configuration["group.id"] != nil else {
             throw KafkaError(.configuration, "a consumer needs a group id")
@@ -92,7 +93,7 @@ public final class KafkaConsumer: Service, Sendable {
         var continuation: AsyncStream<[KafkaRecord]>.Continuation!
         self.stream = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
         let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
-                                      committedOnRevoke: committedOnRevoke)
+                                      committedOnRevoke: committedOnRevoke, consumeError: consumeError)
         self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.context = context
         self.control = Mutex(Control())
@@ -186,7 +187,7 @@ public final class KafkaConsumer: Service, Sendable {
             context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
             context.pausedAgainstWish.store(pauseAll ? 0 : applied.subtracting(wish).count, ordering: .relaxed)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100,
-                                    logger: logger, generation: context.generation).records
+                                    generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
                 context.readerGate.add()
                 context.continuation.yield(chunk)
@@ -216,6 +217,8 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @un
     let continuation: AsyncStream<[KafkaRecord]>.Continuation
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
+    /// Errors Kafka answered instead of records, by name (called on the poll thread).
+    let consumeError: @Sendable (String) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
     let pausedAgainstWish = Atomic<Int>(0)
     /// Chunks yielded to `records` and not yet taken by the reader.
@@ -230,7 +233,9 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @un
 
     init(logger: Logger, continuation: AsyncStream<[KafkaRecord]>.Continuation,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
-         committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void) {
+         committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void,
+         consumeError: @escaping @Sendable (String) -> Void) {
+        self.consumeError = consumeError
         self.continuation = continuation
         self.rebalanceHandler = rebalanceHandler
         self.committedOnRevoke = committedOnRevoke

@@ -75,7 +75,7 @@ public final class KafkaPartitionReader: Sendable {
         -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         try await blockingCalls.run { () throws(KafkaError) in
             self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
-                             logger: self.logger, generation: { _ in 0 })
+                             generation: { _ in 0 }) { self.logger.warning("Kafka consume error: \($0)") }
         }
     }
 }

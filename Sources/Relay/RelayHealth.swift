@@ -15,6 +15,10 @@ public final class RelayHealth: Sendable {
 
     private struct State {
         var joinedGroup = false
+        /// When the group took the partitions away (session timeout, fenced) and the relay has not rejoined since.
+        var membershipLostSince: ContinuousClock.Instant?
+        /// The latest consume error since the last record consumed, and how many there were.
+        var consumeError: (name: String, count: Int, since: ContinuousClock.Instant, latest: ContinuousClock.Instant)?
         var fleetEngineOutageSince: ContinuousClock.Instant?
         /// The latest failure's cause and detail during an outage, for `/readyz`.
         var fleetEngineFailure: (cause: String, detail: String)?
@@ -51,7 +55,36 @@ public final class RelayHealth: Sendable {
         state.withLock { $0.lastPollAge = secondsSinceLastPoll }
     }
 
-    func recordJoinedGroup() { state.withLock { $0.joinedGroup = true } }
+    func recordJoinedGroup() {
+        state.withLock { state in
+            state.joinedGroup = true
+            state.membershipLostSince = nil
+        }
+    }
+
+    /// The group took the partitions away: not a member until the next assignment.
+    func recordMembershipLost(now: ContinuousClock.Instant = .now) {
+        state.withLock { state in
+            state.joinedGroup = false
+            if state.membershipLostSince == nil { state.membershipLostSince = now }
+        }
+    }
+
+    /// Kafka reported an error instead of records (an unknown or unauthorized topic, a fatal
+    /// client error). Readiness fails until records are consumed again.
+    func recordConsumeError(_ name: String, now: ContinuousClock.Instant = .now) {
+        state.withLock { state in
+            if let current = state.consumeError {
+                state.consumeError = (name, current.count + 1, current.since, now)
+            } else {
+                state.consumeError = (name, 1, now, now)
+            }
+        }
+    }
+
+    func recordRecordsConsumed() {
+        state.withLock { if $0.consumeError != nil { $0.consumeError = nil } }
+    }
 
     /// Whether more partitions are paused than flow control wants (for a moment that is
     /// normal: a reader briefly behind, an assignment being applied).
@@ -138,18 +171,23 @@ public final class RelayHealth: Sendable {
         ]
     }
 
-    /// Readiness: joined the group (an empty assignment counts), the signer is not failing
-    /// for longer than the outage limit, and Fleet Engine is not in a longer outage.
+    /// Readiness: joined the group (an empty assignment counts) and not thrown out of it since,
+    /// Kafka not answering consume errors since the last record, the signer not failing for
+    /// longer than the outage limit, and Fleet Engine not in a longer outage.
     public var readiness: [Check] {
         let now = ContinuousClock.now
         let current = state.withLock { ($0.joinedGroup, $0.fleetEngineOutageSince, $0.signerFailingSince) }
+        let (lostSince, consumeError) = state.withLock { ($0.membershipLostSince, $0.consumeError) }
         let (deadLetters, fleetEngineFailure) = state.withLock { ($0.deadLetterFailure, $0.fleetEngineFailure) }
         func withinLimit(_ since: ContinuousClock.Instant?) -> Bool { since.map { now - $0 <= maximumOutage } ?? true }
         func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
             since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
         }
         return liveness(at: now) + [
-            Check(name: "consumer_group", ok: current.0, detail: current.0 ? "joined" : "not joined yet"),
+            Check(name: "consumer_group", ok: current.0,
+                  detail: current.0 ? "joined" : lostSince.map { "membership lost \((now - $0).components.seconds) s ago; rejoining" } ?? "not joined yet"),
+            Check(name: "kafka_consume", ok: consumeError == nil,
+                  detail: consumeError.map { "\($0.count) consume errors in \((now - $0.since).components.seconds) s and no record since, latest: \($0.name)" } ?? "ok"),
             Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
             fleetEngineCheck(since: current.1, failure: fleetEngineFailure, now: now),
             deadLetterCheck(deadLetters, now: now),

@@ -3,6 +3,7 @@
 public enum RelayMetricNames {
     public static let help: [String: String] = [
         "fleet_relay_records_consumed_total": "Records consumed from Kafka, by topic and partition.",
+        "fleet_relay_consume_errors_total": "Errors Kafka answered instead of records (unknown or unauthorized topic, fatal client error), by error.",
         "fleet_relay_schema_registry_errors_total": "Schema Registry lookups that failed (unreachable, 5xx, 401); the records waited and were retried.",
         "fleet_relay_records_finished_total": "Records that reached a final outcome: accepted, dead_lettered, superseded (sent in pastLocations), stale, or skipped (by a skip rule of the input mapping).",
         "fleet_relay_dead_letters_total": "Records written to the dead-letter topic, by reason.",

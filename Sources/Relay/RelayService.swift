@@ -108,6 +108,7 @@ public final class RelayService: Service, Sendable {
                 health.recordJoinedGroup()
                 return []
             case .revoked(let partitions, let lost):
+                if lost { health.recordMembershipLost() }
                 pipeline.handle { $0.beginRevoke(partitions) }
                 if !lost { waitForWorkUnderWay(in: partitions) }
                 var finalOffsets: [TopicPartitionOffset] = []
@@ -120,7 +121,10 @@ public final class RelayService: Service, Sendable {
             }
         } committedOnRevoke: { offsets in
             statistics.commits.add(1, ordering: .relaxed)
+            statistics.revokeCommits.add(1, ordering: .relaxed)
             logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
+        } consumeError: { [self] error in
+            noteConsumeError(error)
         }
     }
 
@@ -141,6 +145,7 @@ public final class RelayService: Service, Sendable {
     /// pipeline in one step; bad records come back as dead-letter orders.
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
+            health.recordRecordsConsumed()
             let inputs = chunk.map(InputRecord.init)
             // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
             do {
@@ -157,6 +162,17 @@ public final class RelayService: Service, Sendable {
                 }
             }
             carryOut(pipeline.handle { $0.consume(records, now: .now) })
+        }
+    }
+
+    /// Kafka answered an error instead of records: counted, reflected in readiness, and logged
+    /// at most a few times per interval (it can repeat on every poll).
+    private func noteConsumeError(_ error: String) {
+        statistics.recordConsumeError(error)
+        health.recordConsumeError(error)
+        let (allowed, suppressed) = logLimiter.allow("consume error")
+        if allowed {
+            logger.warning("Kafka consume error: \(error)", metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
         }
     }
 
@@ -315,7 +331,12 @@ public final class RelayService: Service, Sendable {
             pipeline.update { $0.committed(offsets) }
             statistics.commits.add(1, ordering: .relaxed)
         } catch {
-            logger.warning("Offset commit failed, will retry: \(error)")
+            statistics.commitFailures.add(1, ordering: .relaxed)
+            let (allowed, suppressed) = logLimiter.allow("commit failed")
+            if allowed {
+                logger.warning("Offset commit failed, will retry: \(error)",
+                               metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+            }
         }
     }
 

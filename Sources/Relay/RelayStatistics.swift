@@ -33,6 +33,10 @@ public final class RelayStatistics: Sendable {
     /// Requests that got no answer within the request timeout.
     public let timeouts = Atomic<Int>(0)
     public let commits = Atomic<Int>(0)
+    /// Commits made in the revoke callback, before partitions moved to another member.
+    public let revokeCommits = Atomic<Int>(0)
+    public let commitFailures = Atomic<Int>(0)
+    public let consumeErrors = Atomic<Int>(0)
     public let inFlightRequests = Atomic<Int>(0)
 
     private let finishedCounters: [Outcome: Counter]
@@ -47,6 +51,11 @@ public final class RelayStatistics: Sendable {
         finishedCounters = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {
             ($0, Counter(label: "fleet_relay_records_finished_total", dimensions: [("outcome", $0.rawValue)]))
         })
+    }
+
+    func recordConsumeError(_ error: String) {
+        consumeErrors.add(1, ordering: .relaxed)
+        Counter(label: "fleet_relay_consume_errors_total", dimensions: [("error", error)]).increment()
     }
 
     func recordConsumed(_ counts: [TopicPartition: Int]) {
@@ -115,6 +124,9 @@ public final class RelayStatistics: Sendable {
         public var retries = 0
         public var timeouts = 0
         public var commits = 0
+        public var revokeCommits = 0
+        public var commitFailures = 0
+        public var consumeErrors = 0
 
         /// Records that reached a final outcome.
         public var finished: Int { accepted + superseded + stale + deadLettered + skipped }
@@ -128,7 +140,9 @@ public final class RelayStatistics: Sendable {
             deadLettered: deadLettered.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
-            timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed))
+            timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed),
+            revokeCommits: revokeCommits.load(ordering: .relaxed), commitFailures: commitFailures.load(ordering: .relaxed),
+            consumeErrors: consumeErrors.load(ordering: .relaxed))
     }
 }
 

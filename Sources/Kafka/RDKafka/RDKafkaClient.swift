@@ -59,9 +59,10 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
 
     /// Blocking: up to `maximum` records, waiting at most `timeoutMilliseconds` for the first.
     /// Serves callbacks meanwhile (rebalances, commit answers). Partitions that reported their
-    /// end (with `enable.partition.eof`) come back in `reachedEnd`.
-    func poll(maximum: Int, timeoutMilliseconds: Int32, logger: Logger,
-              generation: (TopicPartition) -> UInt64) -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
+    /// end (with `enable.partition.eof`) come back in `reachedEnd`; errors Kafka answered
+    /// instead of records go to `onError`, by name.
+    func poll(maximum: Int, timeoutMilliseconds: Int32, generation: (TopicPartition) -> UInt64,
+              onError: (String) -> Void) -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         var records: [KafkaRecord] = []
         var reachedEnd: [TopicPartition] = []
         var timeout = timeoutMilliseconds
@@ -78,8 +79,8 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
             timeout = 0
             if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
                 reachedEnd.append(TopicPartition(topic: topicName(message.pointee.rkt), partition: message.pointee.partition))
-            } else if let record = RDKafkaMessage.record(from: message, logger: logger, topicName: topicName,
-                                                         generation: generation) {
+            } else if let record = RDKafkaMessage.record(from: message, topicName: topicName,
+                                                         generation: generation, onError: onError) {
                 records.append(record)
             }
         }
