@@ -121,7 +121,6 @@ public final class RelayService: Service, Sendable {
             }
         } committedOnRevoke: { offsets in
             statistics.commits.add(1, ordering: .relaxed)
-            statistics.revokeCommits.add(1, ordering: .relaxed)
             logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
         } consumeError: { [self] error in
             noteConsumeError(error)
@@ -331,7 +330,6 @@ public final class RelayService: Service, Sendable {
             pipeline.update { $0.committed(offsets) }
             statistics.commits.add(1, ordering: .relaxed)
         } catch {
-            statistics.commitFailures.add(1, ordering: .relaxed)
             let (allowed, suppressed) = logLimiter.allow("commit failed")
             if allowed {
                 logger.warning("Offset commit failed, will retry: \(error)",

@@ -33,9 +33,6 @@ public final class RelayStatistics: Sendable {
     /// Requests that got no answer within the request timeout.
     public let timeouts = Atomic<Int>(0)
     public let commits = Atomic<Int>(0)
-    /// Commits made in the revoke callback, before partitions moved to another member.
-    public let revokeCommits = Atomic<Int>(0)
-    public let commitFailures = Atomic<Int>(0)
     public let consumeErrors = Atomic<Int>(0)
     public let inFlightRequests = Atomic<Int>(0)
 
@@ -124,8 +121,6 @@ public final class RelayStatistics: Sendable {
         public var retries = 0
         public var timeouts = 0
         public var commits = 0
-        public var revokeCommits = 0
-        public var commitFailures = 0
         public var consumeErrors = 0
 
         /// Records that reached a final outcome.
@@ -141,7 +136,6 @@ public final class RelayStatistics: Sendable {
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
             timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed),
-            revokeCommits: revokeCommits.load(ordering: .relaxed), commitFailures: commitFailures.load(ordering: .relaxed),
             consumeErrors: consumeErrors.load(ordering: .relaxed))
     }
 }
