@@ -164,6 +164,15 @@ final class RelayHarness: Sendable {
         }
     }
 
+    /// The partition each vehicle's records went to (read back from the topic, by key).
+    func partitionOfEachVehicle(records count: Int) async throws -> [String: Int32] {
+        let records = try await read(topic: topic, count: count)
+        guard records.count >= count else { throw FixtureError(message: "read \(records.count) of \(count) records") }
+        return records.reduce(into: [:]) { partitions, record in
+            partitions[String(decoding: record.key ?? [], as: UTF8.self)] = record.partition
+        }
+    }
+
     /// Events whose fix never reached the emulator (neither as last nor as past location).
     func lostEvents(_ events: [GeneratedEvents.Event]) -> [GeneratedEvents.Event] {
         let vehicles = emulator.vehicles

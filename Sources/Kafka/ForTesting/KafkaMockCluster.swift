@@ -46,6 +46,27 @@ public final class KafkaMockCluster: Sendable {
         cluster.setTopicError(topic, error: error)
     }
 
+    /// Makes `brokerId` the leader of a partition (clients learn it from metadata).
+    public func setPartitionLeader(_ topic: String, partition: Int32, brokerId: Int32) {
+        cluster.setPartitionLeader(topic, partition: partition, brokerId: brokerId)
+    }
+
+    /// Makes `brokerId` the coordinator of a consumer group (where its commits go).
+    public func setGroupCoordinator(_ group: String, brokerId: Int32) {
+        cluster.setGroupCoordinator(group, brokerId: brokerId)
+    }
+
+    /// Makes the next `count` requests of the given Kafka API that reach `brokerId` fail with
+    /// `error`; `pendingRequestErrors` tells how many are still waiting for a request.
+    public func failNextRequests(onBroker brokerId: Int32, apiKey: Int16, error: Int32, count: Int) {
+        cluster.failNextRequests(onBroker: brokerId, apiKey: apiKey, error: error, count: count)
+    }
+
+    /// Errors pushed with `failNextRequests(onBroker:…)` that no request has met yet.
+    public func pendingRequestErrors(onBroker brokerId: Int32, apiKey: Int16) -> Int {
+        cluster.pendingRequestErrors(onBroker: brokerId, apiKey: apiKey)
+    }
+
     /// Makes the next `count` requests of the given Kafka API fail with `error`
     /// (a Kafka protocol error code, e.g. 16 NOT_COORDINATOR for OffsetCommit, API key 8).
     public func failNextRequests(apiKey: Int16, error: Int32, count: Int) {

@@ -274,6 +274,26 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
             rd_kafka_mock_topic_set_error(pointer, topic, rd_kafka_resp_err_t(error))
         }
 
+        func setPartitionLeader(_ topic: String, partition: Int32, brokerId: Int32) {
+            rd_kafka_mock_partition_set_leader(pointer, topic, partition, brokerId)
+        }
+
+        func setGroupCoordinator(_ group: String, brokerId: Int32) {
+            rd_kafka_mock_coordinator_set(pointer, "group", group, brokerId)
+        }
+
+        func failNextRequests(onBroker brokerId: Int32, apiKey: Int16, error: Int32, count: Int) {
+            for _ in 0..<count {
+                fr_mock_broker_push_request_error(pointer, brokerId, apiKey, rd_kafka_resp_err_t(error))
+            }
+        }
+
+        func pendingRequestErrors(onBroker brokerId: Int32, apiKey: Int16) -> Int {
+            var count = 0
+            rd_kafka_mock_broker_error_stack_cnt(pointer, brokerId, apiKey, &count)
+            return count
+        }
+
         func failNextRequests(apiKey: Int16, error: Int32, count: Int) {
             let errors = [rd_kafka_resp_err_t](repeating: rd_kafka_resp_err_t(error), count: count)
             errors.withUnsafeBufferPointer {
