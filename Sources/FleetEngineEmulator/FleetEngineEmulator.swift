@@ -25,6 +25,9 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Fixes received for the first time although a newer one had already arrived
         /// (when the emulator records history): a history delivered out of order.
         public var fixesOutOfOrder = 0
+        /// When each accepted update was handled (when the emulator records history): the
+        /// spacing of one vehicle's requests.
+        public var acceptedUpdateTimes: [ContinuousClock.Instant] = []
         var newestReceivedFixTime = Int64.min
     }
 
@@ -326,6 +329,7 @@ public final class FleetEngineEmulator: EmulatedService {
 
     /// Past locations oldest first, then the last location: the order a history is meant to be read in.
     private static func recordHistory(of vehicle: inout Vehicle, _ update: UpdateBodyValidator.ValidUpdate) {
+        vehicle.acceptedUpdateTimes.append(.now)
         for time in update.pastLocationTimes + [update.locationTimeMilliseconds] {
             if vehicle.receivedFixTimes.insert(time).inserted, time < vehicle.newestReceivedFixTime {
                 vehicle.fixesOutOfOrder += 1

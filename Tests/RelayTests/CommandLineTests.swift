@@ -31,6 +31,7 @@ extension IntegrationTests {
         let stdout = Pipe()
         let stderr = Pipe()
         private let seenOutput = Mutex("")
+        private let seenLog = Mutex("")
 
         init(_ arguments: [String], environment: [String: String] = [:]) throws {
             process.executableURL = IntegrationTests.CommandLineTests.binary
@@ -52,6 +53,16 @@ extension IntegrationTests {
         }
 
         var output: String { seenOutput.withLock { $0 } }
+
+        /// Collects standard error (the log) as it arrives, for `log`; `finish` then returns only what follows.
+        func watchLog() {
+            stderr.fileHandleForReading.readabilityHandler = { [self] handle in
+                let text = String(decoding: handle.availableData, as: UTF8.self)
+                self.seenLog.withLock { $0 += text }
+            }
+        }
+
+        var log: String { seenLog.withLock { $0 } }
 
         /// Waits for exit and the output, blocking only threads of its own: the
         /// emulator in this process needs the cooperative pool meanwhile.

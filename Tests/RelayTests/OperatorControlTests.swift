@@ -1,0 +1,158 @@
+import FleetAuth
+import FleetEngine
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import JSON
+import Testing
+
+/// Flags and signals an operator relies on, through the binary: how fixes are written
+/// (`--location-mode`), how often one vehicle is updated (`--min-interval-per-vehicle`),
+/// and how a shutdown ends work that does not finish (`--shutdown-timeout`, a second signal).
+extension IntegrationTests {
+    @Suite struct OperatorControlTests {
+        typealias RunningProcess = IntegrationTests.CommandLineTests.RunningProcess
+
+        static func relay(_ harness: RelayHarness, keyPath: String, extra: [String]) throws -> RunningProcess {
+            try IntegrationTests.RelayFaultTests.relayProcess(harness, keyPath: keyPath, extra: extra)
+        }
+
+        /// `--location-mode device`: the fix is the vehicle's own location (`location`,
+        /// `updateTime`, `locationSensor`, `latlngAccuracy`), with no supplemental fields.
+        @Test func deviceLocationModeSendsEachFixAsTheVehiclesOwnLocation() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let keyPath = harness.writeKeyFile()
+            let start = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+            let sensors: [(event: String?, fleetEngine: String?)] = [
+                ("GPS", "GPS"), ("NETWORK", "NETWORK"), ("FUSED", "FUSED_LOCATION_PROVIDER"), (nil, nil),
+            ]
+            struct Sent { let latitude: Double, longitude: Double, time: Int64, sensor: String?, accuracy: Double }
+            var sent: [String: Sent] = [:]
+            var records: [(key: [UInt8]?, value: [UInt8])] = []
+            for index in 0..<20 {
+                let vehicle = "veh-\(index)"
+                let fix = Sent(latitude: 37.5 + Double(index) / 100, longitude: -122.25 - Double(index) / 100,
+                               time: start + Int64(index), sensor: sensors[index % 4].fleetEngine, accuracy: Double(index) + 0.5)
+                sent[vehicle] = fix
+                let sensorField = sensors[index % 4].event.map { ",\"sensor\":\"\($0)\"" } ?? ""
+                let json = "{\"vehicle_id\":\"\(vehicle)\",\"lat\":\(fix.latitude),\"lng\":\(fix.longitude),"
+                    + "\"recorded_at\":\(fix.time),\"accuracy_m\":\(fix.accuracy)\(sensorField)}"
+                records.append((Array(vehicle.utf8), Array(json.utf8)))
+            }
+            try await harness.produce(records)
+
+            let relay = try Self.relay(harness, keyPath: keyPath, extra: ["--location-mode", "device"])
+            try await eventually("every vehicle's fix reached the emulator") {
+                sent.allSatisfy { harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: $0.key))?.locationTimeMilliseconds == $0.value.time }
+            }
+            for (vehicle, fix) in sent {
+                let location = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: vehicle))?.lastLocation)
+                #expect(location["location"]?["latitude"]?.numberValue == fix.latitude, "\(vehicle)")
+                #expect(location["location"]?["longitude"]?.numberValue == fix.longitude, "\(vehicle)")
+                #expect(location["updateTime"]?.stringValue == RFC3339.format(milliseconds: fix.time), "\(vehicle)")
+                #expect(location["locationSensor"]?.stringValue == fix.sensor, "\(vehicle)")
+                #expect(location["latlngAccuracy"]?.numberValue == fix.accuracy, "\(vehicle)")
+                let supplemental = location.objectValue?.keys.filter { $0.hasPrefix("supplementalLocation") } ?? []
+                #expect(supplemental.isEmpty, "\(vehicle) carries \(supplemental)")
+            }
+            relay.process.terminate()
+            #expect(await relay.finish().status == 0)
+            await harness.shutdown()
+        }
+
+        /// `--min-interval-per-vehicle 2s` while each vehicle reports four times a second:
+        /// its requests are at least the interval apart (less the jitter of their way to
+        /// Fleet Engine), the fixes between them travel as past locations, and none is lost.
+        @Test func aMinimumIntervalPerVehicleSpacesItsRequestsAndLosesNoFix() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let keyPath = harness.writeKeyFile()
+            let relay = try Self.relay(harness, keyPath: keyPath, extra: ["--min-interval-per-vehicle", "2s"])
+
+            let start = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+            var produced: [GeneratedEvents.Event] = []
+            for round in 0..<24 {
+                let events = (0..<5).map { index in
+                    GeneratedEvents.Event(vehicle: "veh-\(index)", latitude: 37 + Double(round) / 1000, longitude: -122,
+                                          recordedAt: start + Int64(round) * 250 + Int64(index))
+                }
+                try await harness.produce(events.map(\.record))
+                produced += events
+                try await Task.sleep(for: .milliseconds(250))  // the fleet's reporting pace, not a wait for the relay
+            }
+            try await eventually("every fix reached the emulator") { harness.lostEvents(produced).isEmpty }
+
+            for index in 0..<5 {
+                let vehicle = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "veh-\(index)")))
+                let times = vehicle.acceptedUpdateTimes
+                let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+                #expect(gaps.allSatisfy { $0 >= .milliseconds(1500) }, "veh-\(index): requests \(gaps) apart")
+                #expect(times.count < 24 / 2, "veh-\(index): \(times.count) requests for 24 fixes")
+            }
+            relay.process.terminate()
+            #expect(await relay.finish().status == 0)
+            print("operator figures: 5 vehicles × 24 fixes 250 ms apart, 2 s interval: \(harness.emulator.statistics.updateRequests) requests")
+            await harness.shutdown()
+        }
+
+        /// Fleet Engine holds every update for ten minutes. SIGTERM with `--shutdown-timeout 3s`
+        /// ends the relay long before its 60 s request timeout, with exit 0 and nothing committed
+        /// for the abandoned records; a restarted relay then delivers every one of them.
+        @Test func theShutdownTimeoutAbandonsRequestsThatDoNotEndAndLeavesThemUncommitted() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let keyPath = harness.writeKeyFile()
+            let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 1)
+            try await harness.produce(generated.events.map(\.record))
+            harness.emulator.faultPlan = .init(updateLatency: .seconds(600))
+
+            let relay = try Self.relay(harness, keyPath: keyPath,
+                                       extra: ["--shutdown-timeout", "3s", "--request-timeout", "60"])
+            try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 4 }
+            let signalled = ContinuousClock.now
+            relay.process.terminate()
+            let result = await relay.finish()
+            let shutdownTime = ContinuousClock.now - signalled
+            #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+            #expect(result.stderr.contains("Shutdown timeout reached: abandoning unfinished work"))
+            #expect(shutdownTime < .seconds(30), "ended by the 3 s shutdown timeout, not the 60 s request timeout")
+            let committed = try await harness.committedOffsets(group: "cli")
+            #expect(committed.values.allSatisfy { ($0 ?? 0) == 0 }, "nothing finished, nothing committed: \(committed)")
+
+            harness.emulator.faultPlan = .init()
+            let restarted = try Self.relay(harness, keyPath: keyPath, extra: [])
+            try await harness.waitUntilEverythingIsDelivered(generated, group: "cli")
+            restarted.process.terminate()
+            #expect(await restarted.finish().status == 0)
+            print("operator figures: shutdown with 4 requests hanging took \(shutdownTime)")
+            await harness.shutdown()
+        }
+
+        /// The first SIGTERM starts a graceful shutdown that would wait up to five minutes for
+        /// hanging updates; the second one ends the process at once with 128 + 15.
+        @Test func aSecondSignalExitsAtOnce() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let keyPath = harness.writeKeyFile()
+            let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 1)
+            try await harness.produce(generated.events.map(\.record))
+            harness.emulator.faultPlan = .init(updateLatency: .seconds(600))
+
+            let relay = try Self.relay(harness, keyPath: keyPath,
+                                       extra: ["--shutdown-timeout", "300s", "--request-timeout", "300"])
+            relay.watchLog()
+            try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 4 }
+            relay.process.terminate()
+            try await eventually("the graceful shutdown began") { relay.log.contains("Shutting down") }
+            let secondSignal = ContinuousClock.now
+            kill(relay.process.processIdentifier, SIGTERM)
+            let result = await relay.finish()
+            let exitTime = ContinuousClock.now - secondSignal
+            #expect(result.status == 128 + SIGTERM)
+            #expect(exitTime < .seconds(60), "exited at once, not after the 300 s shutdown timeout")
+            #expect((relay.log + result.stderr).contains("Second signal: exiting without finishing in-flight work"))
+            let committed = try await harness.committedOffsets(group: "cli")
+            #expect(committed.values.allSatisfy { ($0 ?? 0) == 0 }, "nothing finished, nothing committed: \(committed)")
+            print("operator figures: second signal to exit took \(exitTime)")
+            await harness.shutdown()
+        }
+    }
+}
