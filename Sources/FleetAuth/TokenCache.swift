@@ -1,10 +1,10 @@
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.
 ///
 /// - Single flight: concurrent requests for one vehicle share one mint (the first
-///   caller starts it, the rest await the same task), so a burst of events for a
-///   vehicle costs one signature, not one per event.
+///   caller mints in its own task, the rest wait for its outcome), so a burst of events
+///   for a vehicle costs one signature, not one per event.
 /// - Refresh ahead: a token requested within one more margin of its end is
-///   replaced in the background while the current one is still handed out, so
+///   replaced in the background (`runRefreshes`) while the current one is still handed out, so
 ///   active vehicles never wait on a mint. Each token's refresh point is drawn at
 ///   random within that margin, so tokens minted together (a cold start) are not
 ///   all replaced in the same few seconds an hour later.
@@ -19,9 +19,22 @@
 public actor TokenCache {
     private enum Entry {
         case ready(VehicleToken)
-        case minting(Task<VehicleToken, any Error>)
+        /// A caller is minting; the slot's waiters get its token.
+        case minting
         /// The last mint failed: its callers get this error until `retryAt` (seconds since the epoch).
         case failed(any Error, retryAt: Int64)
+    }
+
+    /// A background replacement of a `ready` token, by number, so that one ordered for a token
+    /// since dropped cannot land on its successor.
+    private enum Refresh: Equatable {
+        case ordered(UInt64)
+        case running(UInt64)
+    }
+
+    private struct RefreshOrder: Sendable {
+        let key: VehicleIdentity
+        let number: UInt64
     }
 
     private struct Slot {
@@ -31,8 +44,9 @@ public actor TokenCache {
         var marginSeconds: Int64 = 0
         /// When a `ready` token is replaced in the background (seconds since the epoch).
         var refreshAt: Int64 = .max
-        /// A background replacement under way for a `ready` token.
-        var refresh: Task<VehicleToken, any Error>?
+        var refresh: Refresh?
+        /// Callers waiting for the mint or the running refresh.
+        var waiters = WaitingCallers<VehicleToken>()
         /// Mints and refreshes that failed in a row: the backoff grows with them.
         var failures = 0
     }
@@ -51,6 +65,10 @@ public actor TokenCache {
     private var warnedAboutShortLifetime = false
     private var slots: [VehicleIdentity: Slot] = [:]
     private var uses: UInt64 = 0
+    private var refreshesOrdered: UInt64 = 0
+    private var refresherRunning = false
+    private let refreshOrders: AsyncStream<RefreshOrder>
+    private let orderRefresh: AsyncStream<RefreshOrder>.Continuation
 
     public private(set) var mintCount = 0
     public private(set) var hitCount = 0
@@ -70,35 +88,63 @@ public actor TokenCache {
         self.capacity = max(1, capacity)
         self.clock = clock
         self.warn = warn
+        // At most one order per cached token is outstanding; without a refresher the oldest go.
+        (refreshOrders, orderRefresh) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(max(1, capacity)))
     }
 
     public var signerName: String { signer.name }
     public var count: Int { slots.count }
+    /// Background replacements ordered or running (a walk over every token: for tests and tools).
+    public var refreshesUnderWay: Int { slots.values.reduce(0) { $0 + ($1.refresh == nil ? 0 : 1) } }
+    /// Callers waiting for another caller's mint or for a refresh (a walk over every token).
+    public var callersWaiting: Int { slots.values.reduce(0) { $0 + $1.waiters.count } }
+
+    /// Replaces tokens in the background until cancelled, once per cache. Its owner runs it as a
+    /// child task (the relay and the replay do); without it, and after it ended, a token is
+    /// replaced once it stops being handed out, by the request that needs it.
+    public func runRefreshes() async {
+        guard !refresherRunning else { return }
+        refresherRunning = true
+        defer { refresherRunning = false }
+        await withDiscardingTaskGroup { refreshes in
+            for await order in refreshOrders {
+                refreshes.addTask { await self.refresh(order) }
+            }
+        }
+    }
 
     /// A token valid for at least the refresh margin. Throws the signer's error, also while
     /// backing off after a failed mint.
     public func token(for vehicle: VehicleIdentity) async throws -> String {
         let key = cacheKey(vehicle)
         uses += 1
-        slots[key]?.lastUsed = uses
-        let now = clock()
-        switch slots[key]?.entry {
-        case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
-            hitCount += 1
-            if now >= slots[key]!.refreshAt { refreshInBackground(key) }
-            return token.token
-        case .minting(let task):
-            hitCount += 1
-            return try await task.value.token
-        case .failed(let error, let retryAt) where now < retryAt:
-            throw error
-        default:
-            // Expired for use: join the background replacement if one is under way.
-            if let refresh = slots[key]?.refresh, let token = try? await refresh.value {
+        while true {
+            slots[key]?.lastUsed = uses
+            let now = clock()
+            switch slots[key]?.entry {
+            case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
                 hitCount += 1
+                if now >= slots[key]!.refreshAt { orderRefreshIfNone(key) }
                 return token.token
+            case .minting:
+                switch await nextToken(of: key) {
+                case .value(let token):
+                    hitCount += 1
+                    return token.token
+                case .failure(let error): throw error
+                case .lookAgain: continue
+                }
+            case .failed(let error, let retryAt) where now < retryAt:
+                throw error
+            case .ready where Self.isRunning(slots[key]!.refresh):
+                // No longer handed out, and its replacement is under way: wait for that one.
+                if case .value(let token) = await nextToken(of: key) {
+                    hitCount += 1
+                    return token.token
+                }
+            default:
+                return try await mint(key).token
             }
-            return try await mint(key).token
         }
     }
 
@@ -107,29 +153,39 @@ public actor TokenCache {
     /// old token must not each throw away the new one).
     public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
-        if case .ready(let token) = slots[key]?.entry, token.token == refused { slots[key] = nil }
+        if case .ready(let token) = slots[key]?.entry, token.token == refused { removeSlot(key) }
     }
 
     private func cacheKey(_ vehicle: VehicleIdentity) -> VehicleIdentity {
         wildcard ? VehicleIdentity(kind: vehicle.kind, id: FleetEngineClaims.wildcard) : vehicle
     }
 
+    private func nextToken(of key: VehicleIdentity) async -> WaitingCallers<VehicleToken>.Outcome {
+        await withCheckedContinuation { slots[key]!.waiters.append($0) }
+    }
+
+    /// Mints in the caller's task; callers arriving meanwhile wait for its outcome.
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
-        let signer = self.signer
-        let task = Task { try await signer.mint(for: key) }
-        let failures = slots[key]?.failures ?? 0
-        slots[key] = Slot(entry: .minting(task), lastUsed: uses, failures: failures)
+        let (failures, waiters) = (slots[key]?.failures ?? 0, slots[key]?.waiters ?? WaitingCallers())
+        slots[key] = Slot(entry: .minting, lastUsed: uses, waiters: waiters, failures: failures)
         mintCount += 1
         evictIfFull()
         do {
-            let token = try await task.value
+            let token = try await signer.mint(for: key)
             setReady(key, token)
+            slots[key]?.waiters.resumeAll(.value(token))
             return token
         } catch {
+            if Task.isCancelled {
+                // This caller was cancelled (a revoke, a shutdown): nothing learnt about the signer.
+                removeSlot(key)
+                throw error
+            }
             countError(error)
             if slots[key] != nil {
                 slots[key]!.failures += 1
                 slots[key]!.entry = .failed(error, retryAt: clock() + Self.backoffSeconds(failures: slots[key]!.failures))
+                slots[key]!.waiters.resumeAll(.failure(error))
             }
             throw error
         }
@@ -140,27 +196,39 @@ public actor TokenCache {
         min(maximumBackoffSeconds, Int64(1) << Int64(min(max(failures - 1, 0), 16)))
     }
 
-    private func refreshInBackground(_ key: VehicleIdentity) {
-        guard slots[key] != nil, slots[key]?.refresh == nil else { return }
-        let signer = self.signer
-        let task = Task { try await signer.mint(for: key) }
-        slots[key]?.refresh = task
-        mintCount += 1
-        Task {
-            let result = await task.result
-            self.finishRefresh(key, task, result)
-        }
+    private static func isRunning(_ refresh: Refresh?) -> Bool {
+        if case .running = refresh { true } else { false }
     }
 
-    private func finishRefresh(_ key: VehicleIdentity, _ task: Task<VehicleToken, any Error>,
-                               _ result: Result<VehicleToken, any Error>) {
-        guard slots[key]?.refresh == task else { return }  // invalidated, evicted or replaced meanwhile
-        slots[key]?.refresh = nil
+    private func orderRefreshIfNone(_ key: VehicleIdentity) {
+        guard slots[key]?.refresh == nil else { return }
+        refreshesOrdered += 1
+        slots[key]!.refresh = .ordered(refreshesOrdered)
+        orderRefresh.yield(RefreshOrder(key: key, number: refreshesOrdered))
+    }
+
+    /// One background replacement, in the refresher's task; the current token stays in use meanwhile.
+    private func refresh(_ order: RefreshOrder) async {
+        let key = order.key
+        guard slots[key]?.refresh == .ordered(order.number) else { return }  // its token is gone
+        slots[key]!.refresh = .running(order.number)
+        mintCount += 1
+        let result: Result<VehicleToken, any Error>
+        do {
+            result = .success(try await signer.mint(for: key))
+        } catch {
+            result = .failure(error)
+        }
+        guard slots[key]?.refresh == .running(order.number) else { return }  // invalidated or evicted meanwhile
+        slots[key]!.refresh = nil
         switch result {
         case .success(let token):
             setReady(key, token)
+            slots[key]!.waiters.resumeAll(.value(token))
         case .failure(let error):
-            // The current token stays in use while valid; the next refresh waits out the backoff.
+            // Callers waiting for it mint themselves; the next refresh waits out the backoff.
+            slots[key]!.waiters.resumeAll(.lookAgain)
+            guard !Task.isCancelled else { return }
             countError(error)
             slots[key]!.failures += 1
             slots[key]!.refreshAt = clock() + Self.backoffSeconds(failures: slots[key]!.failures)
@@ -176,6 +244,12 @@ public actor TokenCache {
         // At least a second before the token stops being handed out (`exp − margin`): a refresh
         // point on that boundary would never be reached by a request that still gets the token.
         slots[key]!.refreshAt = token.expiresAt - margin - Int64.random(in: 1...max(1, margin))
+    }
+
+    /// Forgets a slot; callers waiting on it look again.
+    private func removeSlot(_ key: VehicleIdentity) {
+        var removed = slots.removeValue(forKey: key)
+        removed?.waiters.resumeAll(.lookAgain)
     }
 
     /// The configured margin, or a third of the token's lifetime when that is shorter.
@@ -199,6 +273,6 @@ public actor TokenCache {
         guard slots.count > capacity + capacity / 100 else { return }
         let evictable = slots.filter { if case .minting = $0.value.entry { false } else { true } }
             .sorted { $0.value.lastUsed < $1.value.lastUsed }
-        for (key, _) in evictable.prefix(slots.count - capacity) { slots[key] = nil }
+        for (key, _) in evictable.prefix(slots.count - capacity) { removeSlot(key) }
     }
 }

@@ -83,6 +83,7 @@ public final class RelayService: Service, Sendable {
             consuming.addTask { await consumer.run() }
             await withDiscardingTaskGroup { background in
                 background.addTask { await self.housekeep(consumer) }
+                background.addTask { await self.tokens.runRefreshes() }
                 await withTaskGroup(of: Bool.self) { work in
                     work.addTask { await self.process(); return true }
                     await ingest(consumer)

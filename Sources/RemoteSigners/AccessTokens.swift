@@ -42,7 +42,8 @@ public actor CachedAccessToken {
     private let source: any AccessTokenSource
     private let clock: EpochClock
     private var current: AccessToken?
-    private var fetching: Task<AccessToken, any Error>?
+    /// Set while a caller fetches; callers arriving meanwhile wait for its outcome.
+    private var fetching: WaitingCallers<AccessToken>?
     public private(set) var fetchCount = 0
 
     public init(source: any AccessTokenSource, clock: @escaping EpochClock = systemEpochClock) {
@@ -53,16 +54,33 @@ public actor CachedAccessToken {
     public nonisolated var sourceDescription: String { source.description }
 
     public func token() async throws -> String {
-        if let current, clock() < current.expiresAt - Self.refreshMarginSeconds { return current.token }
-        if let fetching { return try await fetching.value.token }
-        let source = self.source
-        let task = Task { () async throws -> AccessToken in try await source.fetch() }
-        fetching = task
+        while true {
+            if let current, clock() < current.expiresAt - Self.refreshMarginSeconds { return current.token }
+            guard fetching != nil else { return try await fetch().token }
+            switch await withCheckedContinuation({ fetching!.append($0) }) {
+            case .value(let token): return token.token
+            case .failure(let error): throw error
+            case .lookAgain: continue
+            }
+        }
+    }
+
+    /// Fetches in the caller's task and hands the outcome to the callers waiting meanwhile.
+    private func fetch() async throws -> AccessToken {
+        fetching = WaitingCallers()
         fetchCount += 1
-        defer { fetching = nil }
-        let token = try await task.value
-        current = token
-        return token.token
+        do {
+            let token = try await source.fetch()
+            current = token
+            fetching?.resumeAll(.value(token))
+            fetching = nil
+            return token
+        } catch {
+            // A cancelled caller says nothing about the source: the others try for themselves.
+            fetching?.resumeAll(Task.isCancelled ? .lookAgain : .failure(error))
+            fetching = nil
+            throw error
+        }
     }
 
     /// Drops the token after the API refused it, so the next call fetches a new one.

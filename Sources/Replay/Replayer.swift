@@ -320,6 +320,7 @@ public final class Replayer: Sendable {
         let ledger = SendLedger(checkpoint: checkpoint, progress: progress)
         await withTaskGroup(of: Void.self) { saving in
             saving.addTask { await self.saveCheckpoints(of: ledger) }
+            saving.addTask { await sender.tokens.runRefreshes() }
             await withDiscardingTaskGroup { group in
                 for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
                     group.addTask {
@@ -335,7 +336,7 @@ public final class Replayer: Sendable {
                     }
                 }
             }
-            saving.cancelAll()  // the caller saves the final state
+            saving.cancelAll()  // the caller saves the final state; token refreshes end
         }
         let (outcomes, final) = ledger.result
         checkpoint = final

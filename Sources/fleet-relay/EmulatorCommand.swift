@@ -133,17 +133,19 @@ struct EmulatorCommand: AsyncParsableCommand {
             + (server.isSecure ? "no metadata server (it is plain HTTP: serve without TLS for it)"
                 : "metadata server GCE_METADATA_HOST=\(url.dropFirst("http://".count))")
         logger.info("Stand-ins: \(standIns), signing as \(key.clientEmail)")
-        let outage = downFor.map { downFor in
-            Task {
-                try await Task.sleep(for: .milliseconds(Int64(downAfter * 1000)))
-                logger.info("Outage for \(downFor) s begins")
-                emulator.goDown(for: .milliseconds(Int64(downFor * 1000)))
-            }
-        }
-        defer { outage?.cancel() }
         let services = ServiceGroup(configuration: .init(
             services: [WaitForShutdown()], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await services.run()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            if let downFor {
+                group.addTask {
+                    guard (try? await Task.sleep(for: .milliseconds(Int64(downAfter * 1000)))) != nil else { return }
+                    logger.info("Outage for \(downFor) s begins")
+                    emulator.goDown(for: .milliseconds(Int64(downFor * 1000)))
+                }
+            }
+            try await services.run()
+            group.cancelAll()
+        }
         let statistics = emulator.statistics
         logger.info("Emulator stopped after \(statistics.requests) requests; \(emulator.vehicles.count) vehicles held")
         await server.shutdown()

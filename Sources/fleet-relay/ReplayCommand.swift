@@ -150,9 +150,9 @@ struct ReplayCommand: AsyncParsableCommand {
             "rate": "\(rate > 0 ? "\(rate)/s" : "unlimited")", "dry_run": "\(dryRun)", "force": "\(force)",
             "checkpoint": "\(checkpoint ?? "none")",
         ])
-        let work = Task { try await replayer.run() }
-        let interrupt = InterruptSignals(logger: logger) { work.cancel() }
-        let outcome = await work.result
+        let (firstSignal, signalled) = AsyncStream<Never>.makeStream()
+        let interrupt = InterruptSignals(logger: logger) { signalled.finish() }
+        let outcome = await Self.run(replayer, untilSignal: firstSignal)
         await ops?.shutdown()
         await sender?.client.shutdown()
         let (summary, plan): (ReplaySummary, Replayer.Plan)
@@ -170,6 +170,26 @@ struct ReplayCommand: AsyncParsableCommand {
             throw ExitCode(128 + signal)
         }
         if summary.failed > 0 || !summary.deletedBeforeRead.isEmpty { throw ExitCode(1) }
+    }
+
+    /// Runs the replay; the first signal (`untilSignal` ends) cancels it, and it then saves its
+    /// checkpoint and returns what it did.
+    private static func run(_ replayer: Replayer, untilSignal signal: AsyncStream<Never>)
+        async -> Result<(ReplaySummary, Replayer.Plan), any Error> {
+        await withTaskGroup(of: Result<(ReplaySummary, Replayer.Plan), any Error>?.self) { group in
+            group.addTask {
+                do { return .success(try await replayer.run()) } catch { return .failure(error) }
+            }
+            group.addTask {
+                for await _ in signal {}
+                return nil
+            }
+            while let next = await group.next() {
+                group.cancelAll()  // the replay finished, or a signal came: end the other one
+                if let outcome = next { return outcome }
+            }
+            return .failure(CancellationError())
+        }
     }
 
     /// A time flag as a checkpoint records it: relative text as given, an absolute time normalised.

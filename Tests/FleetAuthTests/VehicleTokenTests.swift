@@ -43,6 +43,8 @@ final class CountingSigner: VehicleTokenSigner {
     let mints = Atomic<Int>(0)
     /// Every mint fails with `unavailable` while set.
     let failing = Atomic<Bool>(false)
+    /// Every mint takes an hour (or until its caller is cancelled) while set.
+    let hanging = Atomic<Bool>(false)
     let clock: EpochClock
     let lifetime: Int64
 
@@ -53,7 +55,7 @@ final class CountingSigner: VehicleTokenSigner {
 
     func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
         mints.add(1, ordering: .relaxed)
-        try await Task.sleep(for: .milliseconds(50))  // a mint in progress while others ask
+        try await Task.sleep(for: hanging.load(ordering: .relaxed) ? .seconds(3600) : .milliseconds(50))  // a mint in progress while others ask
         if failing.load(ordering: .relaxed) { throw SignerError(signer: name, reason: .unavailable, "signer down") }
         return VehicleToken(token: "token-\(vehicle.id)-\(mints.load(ordering: .relaxed))", expiresAt: clock() + lifetime)
     }
@@ -78,6 +80,15 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
     let clock = ManualClock()
     let signer = CountingSigner(clock: clock.epochClock)
     return (clock, signer, TokenCache(signer: signer, refreshMarginSeconds: 300, capacity: capacity, clock: clock.epochClock))
+}
+
+/// Runs `body` while the cache's background refresher runs.
+func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await cache.runRefreshes() }
+        defer { group.cancelAll() }
+        return try await body()
+    }
 }
 
 @Suite struct TokenCacheTests {
@@ -171,9 +182,11 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         let first = try await cache.token(for: vehicle)
         signer.failing.store(true, ordering: .relaxed)
         clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point, still handed out
-        for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
-        try await eventually { await cache.errorsByReason["unavailable"] == 1 }
-        for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
+        try await withRefresher(cache) {
+            for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
+            try await eventually { await cache.errorsByReason["unavailable"] == 1 }
+            for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
+        }
         #expect(signer.mints.load(ordering: .relaxed) == 2, "one refresh attempt, not one per request")
     }
 
@@ -216,13 +229,48 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         // The last second the token is handed out (exp − margin − 1): past every refresh point,
         // which lie from exp − 2 × margin to exp − margin − 1.
         clock.now.add(3600 - 301, ordering: .relaxed)
-        #expect(try await cache.token(for: vehicle) == first, "the current token is handed out without waiting")
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await cache.token(for: vehicle) == first, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+        try await withRefresher(cache) {
+            #expect(try await cache.token(for: vehicle) == first, "the current token is handed out without waiting")
+            try await eventually { try await cache.token(for: vehicle) != first }
         }
-        #expect(try await cache.token(for: vehicle) != first)
         #expect(signer.mints.load(ordering: .relaxed) == 2, "one background refresh, however many requests")
+    }
+
+    /// The caller minting is cancelled (its request was revoked): the callers waiting for its
+    /// token are not failed with its cancellation; one of them mints instead.
+    @Test func aCancelledMintHandsOverToTheCallersWaitingForIt() async throws {
+        let (_, signer, cache) = countingCache()
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        signer.hanging.store(true, ordering: .relaxed)
+        let first = Task { try await cache.token(for: vehicle) }
+        try await eventually { signer.mints.load(ordering: .relaxed) == 1 }
+        let waiting = Task {
+            try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<10 { group.addTask { try await cache.token(for: vehicle) } }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+        }
+        try await eventually { await cache.callersWaiting == 10 }
+        signer.hanging.store(false, ordering: .relaxed)
+        first.cancel()
+        await #expect(throws: CancellationError.self) { try await first.value }
+        let tokens = try await waiting.value
+        #expect(tokens.count == 1, "the waiters share one new token")
+        #expect(signer.mints.load(ordering: .relaxed) == 2)
+        #expect(await cache.errorsByReason.isEmpty, "a cancellation is no signer failure")
+    }
+
+    /// Nobody runs the refresher (a one-off command): a token is still replaced, by the first
+    /// request after it stops being handed out.
+    @Test func withoutARefresherATokenIsReplacedWhenItStopsBeingHandedOut() async throws {
+        let (clock, signer, cache) = countingCache()
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+        let first = try await cache.token(for: vehicle)
+        clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point: ordered, never run
+        #expect(try await cache.token(for: vehicle) == first)
+        clock.now.add(1, ordering: .relaxed)
+        #expect(try await cache.token(for: vehicle) != first)
+        #expect(signer.mints.load(ordering: .relaxed) == 2)
     }
 
     @Test func tokensMintedTogetherAreRefreshedAtSpreadOutTimes() async throws {
@@ -230,7 +278,10 @@ func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, 
         let vehicles = (0..<100).map { VehicleIdentity(kind: .vehicle, id: "v\($0)") }
         for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
         clock.now.add(3600 - 450, ordering: .relaxed)  // halfway through the refresh window
-        for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
+        try await withRefresher(cache) {
+            for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
+            try await eventually { await cache.refreshesUnderWay == 0 }  // refreshes count as mints once begun
+        }
         let refreshed = await cache.mintCount - 100
         #expect(refreshed > 0 && refreshed < 100, "\(refreshed) of 100 refreshed halfway through the window")
     }
