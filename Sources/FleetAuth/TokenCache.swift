@@ -161,7 +161,13 @@ public actor TokenCache {
     }
 
     private func nextToken(of key: VehicleIdentity) async -> WaitingCallers<VehicleToken>.Outcome {
-        await withCheckedContinuation { slots[key]!.waiters.append($0) }
+        await withCheckedContinuation { continuation in
+            if slots[key] != nil {
+                slots[key]!.waiters.append(continuation)
+            } else {
+                continuation.resume(returning: .lookAgain)
+            }
+        }
     }
 
     /// Mints in the caller's task; callers arriving meanwhile wait for its outcome.

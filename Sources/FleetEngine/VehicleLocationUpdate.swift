@@ -1,3 +1,4 @@
+import Egress
 import FleetAuth
 import JSON
 
@@ -46,7 +47,7 @@ public struct FleetEngineRequest: Sendable {
     /// `/v1/providers/{provider}/vehicles/{id}` or `…/deliveryVehicles/{id}`, each segment percent-encoded.
     public static func vehiclePath(provider: String, vehicle: VehicleIdentity) -> String {
         let collection = vehicle.kind == .vehicle ? "vehicles" : "deliveryVehicles"
-        return "/v1/providers/\(percentEncodedSegment(provider))/\(collection)/\(percentEncodedSegment(vehicle.id))"
+        return "/v1/providers/\(URLText.encodeComponent(provider))/\(collection)/\(URLText.encodeComponent(vehicle.id))"
     }
 
     /// Writes one `VehicleLocation` object.
@@ -71,31 +72,5 @@ public struct FleetEngineRequest: Sendable {
         if let heading = fix.heading { location.add("heading", heading) }
         if let speed = fix.speedMetersPerSecond { location.add("speed", speed) }
         if let altitude = fix.altitudeMeters { location.add("altitude", altitude) }
-    }
-
-    /// RFC 3986 path-segment encoding: everything but unreserved characters is escaped.
-    public static func percentEncodedSegment(_ segment: String) -> String {
-        if segment.utf8.allSatisfy(isUnreserved) { return segment }
-        var encoded = ""
-        for byte in segment.utf8 {
-            if isUnreserved(byte) {
-                encoded.unicodeScalars.append(Unicode.Scalar(byte))
-            } else {
-                let hex = String(byte, radix: 16, uppercase: true)
-                encoded += "%" + (hex.count == 1 ? "0" + hex : hex)
-            }
-        }
-        return encoded
-    }
-
-    private static func isUnreserved(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
-            UInt8(ascii: "_"), UInt8(ascii: "~"):
-            true
-        default:
-            false
-        }
     }
 }

@@ -39,7 +39,7 @@ public struct FleetFeeder: Sendable {
                 let index = next % vehicles
                 next += 1
                 let record = fleet.chance(malformedShare)
-                    ? (key: Array(fleet.vehicles[index].id.utf8), value: Array(fleet.malformedEvent(vehicle: index).utf8))
+                    ? fleet.malformedRecord(vehicle: index, encoder: encoder, recordedAtMilliseconds: clock())
                     : encoder.record(of: fleet.nextFix(vehicle: index, seconds: Double(vehicles) / rate, recordedAtMilliseconds: clock()))
                 try await producer.enqueue(topic: topic, key: record.key, value: record.value)
                 produced += 1

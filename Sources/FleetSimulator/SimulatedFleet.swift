@@ -56,13 +56,22 @@ public struct SimulatedFleet: Sendable {
             accuracyMeters: (random.uniform(2, 12) * 10).rounded() / 10)
     }
 
-    /// A malformed event of a random kind, for showing the dead-letter path.
-    public mutating func malformedEvent(vehicle index: Int) -> String {
-        let id = vehicles[index].id
+    /// A record the relay must dead-letter, in `encoder`'s shape, for showing the dead-letter
+    /// path: a latitude out of range, a fix from tomorrow, or the record cut in half (not JSON,
+    /// or not decodable with its schema).
+    public mutating func malformedRecord(vehicle index: Int, encoder: any SimulatedRecordEncoder,
+                                         recordedAtMilliseconds now: Int64) -> (key: [UInt8], value: [UInt8]) {
+        let vehicle = vehicles[index]
+        func fix(latitude: Double, at time: Int64) -> SimulatedFix {
+            SimulatedFix(vehicleId: vehicle.id, latitude: latitude, longitude: vehicle.longitude, recordedAtMilliseconds: time,
+                         heading: 0, speedMetersPerSecond: 5, accuracyMeters: 5)
+        }
         switch Int(random.next() % 3) {
-        case 0: return "{\"vehicle_id\": \"\(id)\", \"lat\": 123.4, \"lng\": 0, \"recorded_at\": \"2026-01-01T00:00:00Z\"}"
-        case 1: return "{\"vehicle_id\": \"\(id)\", \"lat\": 1, \"lng\": 2}"
-        default: return "{\"vehicle_id\": \"\(id)\", truncated"
+        case 0: return encoder.record(of: fix(latitude: 123.4, at: now))
+        case 1: return encoder.record(of: fix(latitude: vehicle.latitude, at: now + 86_400_000))
+        default:
+            let whole = encoder.record(of: fix(latitude: vehicle.latitude, at: now))
+            return (whole.key, Array(whole.value.prefix(whole.value.count / 2)))
         }
     }
 

@@ -76,7 +76,7 @@ public final class RelayService: Service, Sendable {
     public func run() async throws {
         let consumer = try makeConsumer()
         consumerState.withLock { $0 = consumer }
-        health.watchPollLoop { consumer.secondsSinceLastPoll }
+        health.watchPollLoop { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
         await withDiscardingTaskGroup { consuming in
@@ -95,6 +95,9 @@ public final class RelayService: Service, Sendable {
             await commit(consumer)
             await consumer.close()
         }
+        // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
+        // cycle, so that its librdkafka handle is destroyed instead of reconnecting until exit.
+        consumerState.withLock { $0 = nil }
         logSummary()
     }
 

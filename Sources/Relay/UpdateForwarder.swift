@@ -189,8 +189,8 @@ public struct UpdateForwarder: Sendable {
     }
 
     /// Counts each live-location read by result (`fleet_relay_live_checks_total`) and logs the first
-    /// refusal of each kind an hour: while Fleet Engine refuses the read, updates go out without the
-    /// never-backwards check, and an operator must be able to see that.
+    /// refusal of each kind an hour (400, 401, 403): while Fleet Engine refuses the read, updates go
+    /// out without the never-backwards check, and an operator must be able to see that.
     private func countLiveCheck(_ result: LiveLocationResult, _ update: VehicleLocationUpdate) {
         let label: String
         switch result {
@@ -199,6 +199,8 @@ public struct UpdateForwarder: Sendable {
         case .unavailable: label = "unavailable"
         case .unknown(let result, let status, let message):
             label = result
+            // A vehicle Fleet Engine does not know has no location to move back from: nothing is off.
+            guard result != "not_found" else { break }
             let (allowed, suppressed) = liveCheckNotices.allow(result)
             if allowed {
                 logger.warning(

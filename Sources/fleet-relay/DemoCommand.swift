@@ -60,6 +60,15 @@ struct DemoCommand: AsyncParsableCommand {
         let cluster = try KafkaMockCluster(brokers: 3)
         try cluster.createTopic(topic, partitions: partitions)
         try cluster.createTopic(topic + ".dlq", partitions: 1)
+        // The demo's Kafka clients live inside the call and end before the cluster does: a client
+        // outliving it would log refused connections after the summary.
+        let summary = try await relayUntilStopped(cluster: cluster, topic: topic, logger: logger)
+        Console.line(summary)
+        withExtendedLifetime(cluster) {}
+    }
+
+    /// Runs the emulator, the simulated fleet and the relay until Ctrl-C or the duration; returns the summary line.
+    private func relayUntilStopped(cluster: KafkaMockCluster, topic: String, logger: Logger) async throws -> String {
         let key = try Self.throwawayKey()
         let emulator = FleetEngineEmulator(key: key, provider: key.projectId)
         // HTTPS with a throwaway CA that only this process trusts: the production path.
@@ -92,7 +101,7 @@ struct DemoCommand: AsyncParsableCommand {
         let transport = emulator.transportStatistics.map { " over \($0.http2Requests) HTTP/2 and \($0.http1Requests) HTTP/1.1 requests" } ?? ""
         await emulator.shutdown()
         let totals = relay.statistics.snapshot
-        Console.line("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered)\(totals.skipped > 0 ? ", skipped \(totals.skipped)" : ""), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
+        return ("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered)\(totals.skipped > 0 ? ", skipped \(totals.skipped)" : ""), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
     }
 
     static func throwawayKey() throws -> ServiceAccountKey {

@@ -244,6 +244,25 @@ extension IntegrationTests {
         #expect(invalid.stderr.contains("max-in-flight"))
     }
 
+    /// The demo's malformed share in another shape: each bad record reaches the dead-letter
+    /// topic (not a mapping's skip rule); no Kafka client outlives the mock cluster, and the
+    /// log holds no warning a newcomer would have to wonder about.
+    @Test(arguments: ["traccar", "owntracks"])
+    func demoInABuiltInFormatDeadLettersItsMalformedRecords(format: String) async throws {
+        let demo = try RunningProcess(["demo", "--vehicles", "20", "--format", format, "--malformed-share", "0.3",
+                                       "--duration", "6"])
+        let result = await demo.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(1500))")
+        let summary = try #require(result.stdout.split(separator: "\n").last { $0.hasPrefix("stopped: ") })
+        let deadLettered = summary.split(separator: ",").first { $0.contains("dead-lettered") }
+            .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(deadLettered > 0, "\(summary)")
+        #expect(!summary.contains("skipped"), "\(summary)")
+        #expect(!result.stderr.contains("Connection refused"), "\(result.stderr.suffix(1500))")
+        // New vehicles (404 on the live-location read) have no location to protect: no warning for them.
+        #expect(!result.stderr.contains("refused to read the live location"), "\(result.stderr.suffix(1500))")
+    }
+
     @Test func demoForwardsAndStopsCleanlyOnSIGINT() async throws {
         let demo = try RunningProcess(["demo", "--vehicles", "50"])
         demo.watchOutput()

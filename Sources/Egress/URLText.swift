@@ -3,18 +3,27 @@
 public enum URLText {
     /// Percent-encodes everything but RFC 3986 unreserved characters.
     public static func encodeComponent(_ value: String) -> String {
+        if value.utf8.allSatisfy(isUnreserved) { return value }  // the common case: ids and names
         var encoded = ""
         for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            if isUnreserved(byte) {
                 encoded.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
+            } else {
                 let hex = String(byte, radix: 16, uppercase: true)
                 encoded += "%" + (hex.count == 1 ? "0" + hex : hex)
             }
         }
         return encoded
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            true
+        default:
+            false
+        }
     }
 
     /// `name=value&…`, for query strings and `application/x-www-form-urlencoded` bodies.
