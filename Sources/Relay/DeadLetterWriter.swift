@@ -90,10 +90,6 @@ public final class DeadLetterWriter: Sendable {
             logger.error("Dead-letter topic \(topic) refuses records (\(reason)): \(error). Records wait uncommitted and are retried; /readyz reports dead_letter_topic until a write succeeds")
         }
         guard !permanent else { return }  // said once above; every retry would say it again
-        let (allowed, suppressed) = logLimiter.allow("dead-letter")
-        if allowed {
-            logger.warning("Dead letter for \(letter.source.description) not written, retrying: \(error)",
-                           metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-        }
+        logLimiter.warning("dead-letter", to: logger, "Dead letter for \(letter.source.description) not written, retrying: \(error)")
     }
 }

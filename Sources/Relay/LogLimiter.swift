@@ -1,3 +1,4 @@
+import Logging
 import Synchronization
 
 /// Lets a few log lines of one kind through per interval and counts the rest,
@@ -18,6 +19,14 @@ public final class LogLimiter: Sendable {
     public init(limit: Int = 10, interval: Duration = .seconds(10)) {
         self.limit = limit
         self.interval = interval
+    }
+
+    /// Logs `message` as a warning unless lines of `kind` are being held back; the line that
+    /// gets through says how many were (`suppressed_similar`).
+    public func warning(_ kind: String, to logger: Logger, _ message: @autoclosure () -> Logger.Message) {
+        let (allowed, suppressed) = allow(kind)
+        guard allowed else { return }
+        logger.warning(message(), metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
     }
 
     /// Whether a line of `kind` may be logged now, and how many were held back

@@ -17,8 +17,8 @@ public final class RelayHealth: Sendable {
         var joinedGroup = false
         /// When the group took the partitions away (session timeout, fenced) and the relay has not rejoined since.
         var membershipLostSince: ContinuousClock.Instant?
-        /// The latest consume error since the last record consumed, and how many there were.
-        var consumeError: (name: String, count: Int, since: ContinuousClock.Instant, latest: ContinuousClock.Instant)?
+        /// The latest consume error since the last record consumed, how many there were, and since when.
+        var consumeError: (name: String, count: Int, since: ContinuousClock.Instant)?
         var fleetEngineOutageSince: ContinuousClock.Instant?
         /// The latest failure's cause and detail during an outage, for `/readyz`.
         var fleetEngineFailure: (cause: String, detail: String)?
@@ -74,16 +74,12 @@ public final class RelayHealth: Sendable {
     /// client error). Readiness fails until records are consumed again.
     func recordConsumeError(_ name: String, now: ContinuousClock.Instant = .now) {
         state.withLock { state in
-            if let current = state.consumeError {
-                state.consumeError = (name, current.count + 1, current.since, now)
-            } else {
-                state.consumeError = (name, 1, now, now)
-            }
+            state.consumeError = (name, (state.consumeError?.count ?? 0) + 1, state.consumeError?.since ?? now)
         }
     }
 
     func recordRecordsConsumed() {
-        state.withLock { if $0.consumeError != nil { $0.consumeError = nil } }
+        state.withLock { $0.consumeError = nil }
     }
 
     /// Whether more partitions are paused than flow control wants (for a moment that is
@@ -176,22 +172,34 @@ public final class RelayHealth: Sendable {
     /// longer than the outage limit, and Fleet Engine not in a longer outage.
     public var readiness: [Check] {
         let now = ContinuousClock.now
-        let current = state.withLock { ($0.joinedGroup, $0.fleetEngineOutageSince, $0.signerFailingSince) }
-        let (lostSince, consumeError) = state.withLock { ($0.membershipLostSince, $0.consumeError) }
-        let (deadLetters, fleetEngineFailure) = state.withLock { ($0.deadLetterFailure, $0.fleetEngineFailure) }
-        func withinLimit(_ since: ContinuousClock.Instant?) -> Bool { since.map { now - $0 <= maximumOutage } ?? true }
-        func describe(_ since: ContinuousClock.Instant?, _ what: String) -> String {
-            since.map { "\(what) for \((now - $0).components.seconds) s" } ?? "ok"
-        }
+        let current = state.withLock { $0 }
+        let signerFailing = current.signerFailingSince
         return liveness(at: now) + [
-            Check(name: "consumer_group", ok: current.0,
-                  detail: current.0 ? "joined" : lostSince.map { "membership lost \((now - $0).components.seconds) s ago; rejoining" } ?? "not joined yet"),
-            Check(name: "kafka_consume", ok: consumeError == nil,
-                  detail: consumeError.map { "\($0.count) consume errors in \((now - $0.since).components.seconds) s and no record since, latest: \($0.name)" } ?? "ok"),
-            Check(name: "signer", ok: withinLimit(current.2), detail: describe(current.2, "failing")),
-            fleetEngineCheck(since: current.1, failure: fleetEngineFailure, now: now),
-            deadLetterCheck(deadLetters, now: now),
+            groupCheck(current, now: now),
+            consumeCheck(current.consumeError, now: now),
+            Check(name: "signer", ok: signerFailing.map { now - $0 <= maximumOutage } ?? true,
+                  detail: signerFailing.map { "failing for \((now - $0).components.seconds) s" } ?? "ok"),
+            fleetEngineCheck(since: current.fleetEngineOutageSince, failure: current.fleetEngineFailure, now: now),
+            deadLetterCheck(current.deadLetterFailure, now: now),
         ]
+    }
+
+    private func groupCheck(_ state: State, now: ContinuousClock.Instant) -> Check {
+        let detail = if state.joinedGroup {
+            "joined"
+        } else if let lost = state.membershipLostSince {
+            "membership lost \((now - lost).components.seconds) s ago; rejoining"
+        } else {
+            "not joined yet"
+        }
+        return Check(name: "consumer_group", ok: state.joinedGroup, detail: detail)
+    }
+
+    private func consumeCheck(_ error: (name: String, count: Int, since: ContinuousClock.Instant)?,
+                              now: ContinuousClock.Instant) -> Check {
+        guard let error else { return Check(name: "kafka_consume", ok: true, detail: "ok") }
+        return Check(name: "kafka_consume", ok: false,
+                     detail: "\(error.count) consume errors in \((now - error.since).components.seconds) s and no record since, latest: \(error.name)")
     }
 
     private func fleetEngineCheck(since: ContinuousClock.Instant?, failure: (cause: String, detail: String)?,

@@ -173,19 +173,12 @@ public final class RelayService: Service, Sendable {
     private func noteConsumeError(_ error: String) {
         statistics.recordConsumeError(error)
         health.recordConsumeError(error)
-        let (allowed, suppressed) = logLimiter.allow("consume error")
-        if allowed {
-            logger.warning("Kafka consume error: \(error)", metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-        }
+        logLimiter.warning("consume error", to: logger, "Kafka consume error: \(error)")
     }
 
     private func noteRegistryUnavailable(_ problem: SchemaRegistryUnavailable) {
         statistics.schemaRegistryErrors.increment()
-        let (allowed, suppressed) = logLimiter.allow("schema registry")
-        if allowed {
-            logger.warning("\(problem); records wait and are retried",
-                           metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-        }
+        logLimiter.warning("schema registry", to: logger, "\(problem); records wait and are retried")
     }
 
     /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.
@@ -296,11 +289,7 @@ public final class RelayService: Service, Sendable {
         case .stale:
             statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
-            let (allowed, suppressed) = logLimiter.allow("rejected")
-            if allowed {
-                logger.warning("Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)",
-                               metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-            }
+            logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
         case .abandoned, .awaitingToken:
             break
         }
@@ -334,11 +323,7 @@ public final class RelayService: Service, Sendable {
             pipeline.update { $0.committed(offsets) }
             statistics.commits.add(1, ordering: .relaxed)
         } catch {
-            let (allowed, suppressed) = logLimiter.allow("commit failed")
-            if allowed {
-                logger.warning("Offset commit failed, will retry: \(error)",
-                               metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-            }
+            logLimiter.warning("commit failed", to: logger, "Offset commit failed, will retry: \(error)")
         }
     }
 

@@ -95,11 +95,7 @@ public struct UpdateForwarder: Sendable {
                 token = try await tokens.token(for: update.vehicle)
                 health.recordSignerSuccess()
             } catch {
-                let (allowed, suppressed) = logLimiter.allow("signer")
-                if allowed {
-                    logger.warning("No token for \(update.vehicle): \(error)",
-                                   metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
-                }
+                logLimiter.warning("signer", to: logger, "No token for \(update.vehicle): \(error)")
                 health.recordSignerFailure()
                 statistics.recordRetry(cause: "signer")
                 if let giveUpAt, awaitingTokenSince != nil, ContinuousClock.now >= giveUpAt {
@@ -122,9 +118,9 @@ public struct UpdateForwarder: Sendable {
                         delivery.outcome = .stale
                         return delivery
                     }
-                case .unknown:
+                case .refused:
                     delivery.liveChecked = true  // the update itself will say what is wrong
-                case .unavailable(let cause, let detail, _):
+                case .unavailable(let cause, let detail):
                     lastCause = cause
                     health.record(.transient(cause: cause, retryAfterSeconds: nil), detail: detail)
                     guard await backOff(attempt: &attempt, retryAfter: nil, cause: cause) else { break }
@@ -169,43 +165,57 @@ public struct UpdateForwarder: Sendable {
     private enum LiveLocationResult {
         /// Fleet Engine answered; nil when the vehicle has no location yet.
         case known(Int64?)
-        /// Fleet Engine refused to say (404, 401, 403, 400), named as in the metric: the update's own answer decides.
-        case unknown(result: String, status: Int, message: String)
+        /// Fleet Engine refused to say: the update's own answer decides.
+        case refused(LiveReadRefusal, status: Int, message: String)
         /// Cause and detail: worth retrying.
-        case unavailable(String, String, status: Int)
+        case unavailable(String, String)
+    }
+
+    /// Why Fleet Engine would not tell a vehicle's live location, named as in the metric.
+    private enum LiveReadRefusal: String {
+        case invalidArgument = "invalid_argument"
+        case unauthenticated
+        case permissionDenied = "permission_denied"
+        case notFound = "not_found"
+
+        init?(status: Int) {
+            switch status {
+            case 400: self = .invalidArgument
+            case 401: self = .unauthenticated
+            case 403: self = .permissionDenied
+            case 404: self = .notFound
+            default: return nil
+            }
+        }
+
+        /// Whether the update goes out without the never-backwards check: a vehicle Fleet Engine
+        /// does not know has no location to move back from.
+        var turnsTheCheckOff: Bool { self != .notFound }
     }
 
     private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
         let fetched = await client.fetchVehicle(vehicle, token: token)
-        switch fetched.status {
-        case 200: return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body))
-        case 400: return .unknown(result: "invalid_argument", status: 400, message: fetched.message)
-        case 401: return .unknown(result: "unauthenticated", status: 401, message: fetched.message)
-        case 403: return .unknown(result: "permission_denied", status: 403, message: fetched.message)
-        case 404: return .unknown(result: "not_found", status: 404, message: fetched.message)
-        case 0: return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer", status: 0)
-        default: return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)", status: fetched.status)
+        if fetched.status == 200 { return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body)) }
+        if let refusal = LiveReadRefusal(status: fetched.status) {
+            return .refused(refusal, status: fetched.status, message: fetched.message)
         }
+        if fetched.status == 0 { return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer") }
+        return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
     }
 
     /// Counts each live-location read by result (`fleet_relay_live_checks_total`) and logs the first
-    /// refusal of each kind an hour (400, 401, 403): while Fleet Engine refuses the read, updates go
-    /// out without the never-backwards check, and an operator must be able to see that.
+    /// refusal of each kind an hour that leaves the update unchecked: while Fleet Engine refuses the
+    /// read, updates go out without the never-backwards check, and an operator must be able to see that.
     private func countLiveCheck(_ result: LiveLocationResult, _ update: VehicleLocationUpdate) {
         let label: String
         switch result {
         case .known(nil): label = "no_location"
         case .known(let live?): label = live >= update.lastLocation.recordedAtMilliseconds ? "newer" : "older"
         case .unavailable: label = "unavailable"
-        case .unknown(let result, let status, let message):
-            label = result
-            // A vehicle Fleet Engine does not know has no location to move back from: nothing is off.
-            guard result != "not_found" else { break }
-            let (allowed, suppressed) = liveCheckNotices.allow(result)
-            if allowed {
-                logger.warning(
-                    "Fleet Engine refused to read the live location of \(update.vehicle) (\(status): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(result)\"}",
-                    metadata: suppressed > 0 ? ["suppressed_similar": "\(suppressed)"] : nil)
+        case .refused(let refusal, let status, let message):
+            label = refusal.rawValue
+            if refusal.turnsTheCheckOff {
+                liveCheckNotices.warning(label, to: logger, "Fleet Engine refused to read the live location of \(update.vehicle) (\(status): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(label)\"}")
             }
         }
         Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", label)]).increment()

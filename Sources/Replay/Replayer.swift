@@ -321,19 +321,9 @@ public final class Replayer: Sendable {
         await withTaskGroup(of: Void.self) { saving in
             saving.addTask { await self.saveCheckpoints(of: ledger) }
             saving.addTask { await sender.tokens.runRefreshes() }
-            await withDiscardingTaskGroup { group in
+            await withDiscardingTaskGroup { senders in
                 for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
-                    group.addTask {
-                        while !Task.isCancelled {
-                            let index = ledger.takeIndex()
-                            guard index < updates.count else { return }
-                            if let limiter {
-                                guard (try? await limiter.acquire()) != nil else { return }
-                            }
-                            let outcome = await self.deliver(updates[index], forwarder: forwarder)
-                            ledger.settle(updates[index].vehicle, outcome)
-                        }
-                    }
+                    senders.addTask { await self.sendUntilDone(updates, ledger: ledger, limiter: limiter, forwarder: forwarder) }
                 }
             }
             saving.cancelAll()  // the caller saves the final state; token refreshes end
@@ -343,10 +333,19 @@ public final class Replayer: Sendable {
         return outcomes
     }
 
+    /// One sender: takes the next update from the ledger until none is left (or the replay is cancelled).
+    private func sendUntilDone(_ updates: [VehicleLocationUpdate], ledger: SendLedger, limiter: RequestRateLimiter?,
+                               forwarder: UpdateForwarder) async {
+        while !Task.isCancelled {
+            let index = ledger.takeIndex()
+            guard index < updates.count else { return }
+            if let limiter, (try? await limiter.acquire()) == nil { return }
+            ledger.settle(updates[index].vehicle, await deliver(updates[index], forwarder: forwarder))
+        }
+    }
+
     private func saveCheckpoints(of ledger: SendLedger) async {
-        let logger = self.logger
-        await ledger.saveEverySecond(save: { (checkpoint: ReplayCheckpoint) throws in try self.saveCheckpoint(checkpoint) },
-                                     onError: { (error: any Error) in logger.error("Checkpoint not saved: \(error)") })
+        await ledger.saveEverySecond(save: saveCheckpoint) { logger.error("Checkpoint not saved: \($0)") }
     }
 
     private func deliver(_ update: VehicleLocationUpdate, forwarder: UpdateForwarder) async -> SendLedger.VehicleOutcome {

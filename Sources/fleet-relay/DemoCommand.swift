@@ -101,7 +101,7 @@ struct DemoCommand: AsyncParsableCommand {
         let transport = emulator.transportStatistics.map { " over \($0.http2Requests) HTTP/2 and \($0.http1Requests) HTTP/1.1 requests" } ?? ""
         await emulator.shutdown()
         let totals = relay.statistics.snapshot
-        return ("stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered)\(totals.skipped > 0 ? ", skipped \(totals.skipped)" : ""), \(emulator.vehicles.count) vehicles in the emulator\(transport)")
+        return "stopped: consumed \(totals.consumed), forwarded \(totals.accepted + totals.superseded) in \(totals.requestsAccepted) requests, dead-lettered \(totals.deadLettered)\(totals.skipped > 0 ? ", skipped \(totals.skipped)" : ""), \(emulator.vehicles.count) vehicles in the emulator\(transport)"
     }
 
     static func throwawayKey() throws -> ServiceAccountKey {

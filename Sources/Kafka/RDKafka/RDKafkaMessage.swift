@@ -1,17 +1,16 @@
 import CRdKafka
-import Logging
 
 /// Copies a consumed `rd_kafka_message_t` into a `KafkaRecord`.
 enum RDKafkaMessage {
     /// Takes the message by pointer: librdkafka finds its timestamp and headers in
     /// the internal structure around it, so a copy would not do. Nil for error events,
-    /// which go to `onError` by name (partition EOF is expected and not reported).
+    /// which go to `onError` by name (the caller takes partition EOF out first).
     static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>,
                        topicName: (OpaquePointer?) -> String,
                        generation: (TopicPartition) -> UInt64, onError: (String) -> Void) -> KafkaRecord? {
         let message = pointer.pointee
         guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if message.err != RD_KAFKA_RESP_ERR__PARTITION_EOF { onError(RDKafkaConfig.errorName(message.err)) }
+            onError(RDKafkaConfig.errorName(message.err))
             return nil
         }
         let topic = topicName(message.rkt)
