@@ -30,7 +30,7 @@ public struct RelayConfiguration: Sendable {
     /// Longer than a Fleet Engine request may take, so that no request of this member lands
     /// after the next owner's newer fix.
     public var revokeDrainTimeout: Duration
-    /// Fixes of a vehicle arriving sooner than this after its last request wait and are coalesced.
+    /// Fixes of a vehicle arriving sooner than this after its last request ended wait and are coalesced.
     public var minimumIntervalPerVehicle: Duration
     /// How long Fleet Engine or the signer may fail before the relay reports not ready.
     public var readyMaximumOutage: Duration

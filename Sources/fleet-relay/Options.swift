@@ -149,7 +149,7 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Give up on a failing request after this long and dead-letter it. Default: retry while the process runs.")
     var retryDeadline: DurationArgument?
 
-    @Option(help: "At most one request per vehicle per this interval; sooner fixes wait and are coalesced (Fleet Engine suggests 5s).")
+    @Option(help: "Start a vehicle's next update this long after its last one ended; sooner fixes wait and are coalesced (Fleet Engine suggests 5s).")
     var minIntervalPerVehicle = DurationArgument(argument: "0s")!
 
     @Option(help: "Forget a vehicle with nothing to send for this long, so memory follows active vehicles; its next fix re-reads its live location first.")

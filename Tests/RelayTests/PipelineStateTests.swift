@@ -322,6 +322,34 @@ import Testing
         #expect(request.update.lastLocation.recordedAtMilliseconds == 3)
     }
 
+    /// A slow request (a token minted, the live location read, the update retried) does not
+    /// eat into the interval: the next request waits the whole interval after it ended, so
+    /// Fleet Engine never sees two of a vehicle's updates closer than the interval.
+    @Test func aMinimumIntervalCountsFromTheEndOfTheVehiclesLastRequest() throws {
+        let core = Core(limits: .init(minimumInterval: .seconds(5)))
+        core.consume([core.fix("v", at: 1, offset: 0)])
+        let slow = try #require(core.request())
+        core.now = core.start + .seconds(3)
+        core.complete(slow, .accepted)
+        core.now = core.start + .seconds(4)
+        core.consume([core.fix("v", at: 2, offset: 1)])
+        #expect(core.request() == nil)
+        #expect(core.state.timerWillSleep() == core.start + .seconds(8))
+        core.observe(core.state.deadlineReached(now: core.start + .seconds(5)))
+        #expect(core.state.readyVehicles == 0 && core.resumed.isEmpty, "5 s after the request began, 2 s after it ended")
+        core.observe(core.state.deadlineReached(now: core.start + .seconds(8)))
+        #expect(core.takeResumed().map(\.update.lastLocation.recordedAtMilliseconds) == [2])
+    }
+
+    /// A try that found no token sent nothing to Fleet Engine: it does not start the interval.
+    @Test func aTryWithoutATokenDoesNotStartTheMinimumInterval() throws {
+        let core = Core(limits: .init(minimumInterval: .seconds(5)))
+        core.consume([core.fix("v", at: 1, offset: 0)])
+        core.observe(core.state.retryLater(try #require(core.request()), after: .seconds(1), now: core.start))
+        core.observe(core.state.deadlineReached(now: core.start + .seconds(1)))
+        #expect(core.request() != nil, "sent after the backoff, not after an interval")
+    }
+
     @Test func aVehicleWithoutATokenWaitsOutItsBackoffWithoutHoldingAWorker() throws {
         let core = Core()
         core.consume([core.fix("cold", at: 1, offset: 0), core.fix("cold", at: 2, offset: 1)])

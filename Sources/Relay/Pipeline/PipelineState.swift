@@ -252,6 +252,7 @@ public struct PipelineState<Waiter> {
             if delivery.liveChecked, let checked = request.liveCheckEpoch { lanes.values[index].verifiedEpoch = checked }
             lanes.values[index].tokenAttempts = 0
             lanes.values[index].awaitingTokenSince = nil
+            lanes.values[index].lastRequestEndedAt = now
         }
         switch delivery.outcome {
         case .accepted, .stale:
@@ -374,14 +375,14 @@ public struct PipelineState<Waiter> {
     // MARK: Vehicles
 
     /// Puts a vehicle with fixes and nothing under way into the ready queue, or defers it
-    /// until its minimum interval since the last request passed.
+    /// until its minimum interval since the end of its last request passed.
     /// `lane` is the vehicle's index in `lanes`: each event looks a vehicle up once.
     private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index, now: ContinuousClock.Instant,
                                    _ actions: inout Actions) {
         guard lanes.values[lane].wantsScheduling else { return }
-        if limits.minimumInterval > .zero, let lastSentAt = lanes.values[lane].lastSentAt,
-           now < lastSentAt + limits.minimumInterval {
-            deferVehicle(vehicle, at: lane, until: lastSentAt + limits.minimumInterval, &actions)
+        if limits.minimumInterval > .zero, let lastEnded = lanes.values[lane].lastRequestEndedAt,
+           now < lastEnded + limits.minimumInterval {
+            deferVehicle(vehicle, at: lane, until: lastEnded + limits.minimumInterval, &actions)
         } else {
             lanes.values[lane].schedule = .ready
             ready.append(vehicle)
@@ -424,7 +425,6 @@ public struct PipelineState<Waiter> {
             request.tokenAttempts = lanes.values[lane].tokenAttempts
             request.awaitingTokenSince = lanes.values[lane].awaitingTokenSince
             lanes.values[lane].inFlight = request.cancellation
-            lanes.values[lane].lastSentAt = now
             requestsInFlight += 1
             for site in request.partitions { partitions[site.topicPartition]?.workUnderWay += 1 }
             return request

@@ -17,7 +17,10 @@ struct VehicleLane {
     /// The request under way, if any: a revoke of its partitions cancels it.
     var inFlight: RequestCancellation?
     var schedule = Schedule.idle
-    var lastSentAt: ContinuousClock.Instant?
+    /// When the vehicle's last request to Fleet Engine ended: `--min-interval-per-vehicle`
+    /// counts from here, so Fleet Engine sees its requests at least that far apart however
+    /// long one took (minting a token and reading the live location come before the update).
+    var lastRequestEndedAt: ContinuousClock.Instant?
     /// The newest location time Fleet Engine is known to hold for the vehicle.
     var newestKnownMilliseconds: Int64?
     /// The assignment epoch in which Fleet Engine's live location was last taken into account.
