@@ -183,6 +183,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            // The Python peer is run from its path in the source tree, not bundled.
+            exclude: ["Python"],
             resources: [.copy("Fixtures")]
         ),
     ],

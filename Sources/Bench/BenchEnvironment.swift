@@ -120,7 +120,10 @@ struct BenchEnvironment {
     }
 
     func shutdown() async {
-        for emulator in emulators { _ = await emulator.process.stop() }
+        for emulator in emulators {
+            emulator.probes.closeKafkaClients()
+            _ = await emulator.process.stop()
+        }
         try? await http.shutdown()
     }
 }

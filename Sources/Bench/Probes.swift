@@ -77,6 +77,12 @@ struct Probes {
         return total
     }
 
+    /// Destroys the Kafka clients while the mock cluster still runs: left to the end of the
+    /// process, they would outlive it and log every failed reconnect.
+    func closeKafkaClients() {
+        inspectors.closeAll()
+    }
+
     /// High watermark minus committed offset, summed over the topic's partitions.
     func lag(topic: String, partitions: Int, group: String) async throws -> Int64 {
         let inspector = try inspectors.inspector(for: group, kafka: kafka, logger: logger)
@@ -105,6 +111,15 @@ private final class Inspectors: Sendable {
             let inspector = try KafkaInspector(configuration: kafka, group: group, logger: logger)
             byGroup[group] = inspector
             return inspector
+        }
+    }
+
+    /// Takes every client out under the lock; they are destroyed after it, when the
+    /// returned dictionary goes.
+    func closeAll() {
+        _ = byGroup.withLock { byGroup -> [String: KafkaInspector] in
+            defer { byGroup = [:] }
+            return byGroup
         }
     }
 }

@@ -205,27 +205,32 @@ struct Scenarios {
         report.add(section, "cold start rate", Double(vehicles) / warmup, "vehicles/s")
 
         let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: topic + "-")
-        let feeding = Task { try await feeder.run() }
-        defer { feeding.cancel() }
-        try await Task.sleep(for: .seconds(5))  // one full round of the fleet before measuring
-        await probes.resetLatency()
-        let lagAtStart = try await probes.lag(topic: topic, partitions: partitions, group: group)
-        let atStart = await probes.emulator()
-        let producedAtStart = feeder.produced
-        let cpuAtStart = relay.cpuSeconds
-        let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
-        let measureStarted = ContinuousClock.now
-        try await Task.sleep(for: .seconds(seconds))
-        let elapsed = (ContinuousClock.now - measureStarted).seconds
-        let cpu = relay.cpuSeconds - cpuAtStart
-        let relayRequests = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart
-        let produced = Double(feeder.produced - producedAtStart)
-        let lagAtEnd = try await probes.lag(topic: topic, partitions: partitions, group: group)
-        let statistics = await probes.emulator()
-        let rss = relay.rssMegabytes
-        let peak = relay.peakRSSMegabytes
-        feeding.cancel()
-        let totalProduced = try await feeding.value + vehicles
+        let (measured, fed) = try await feeder.feeding {
+            try await Task.sleep(for: .seconds(5))  // one full round of the fleet before measuring
+            await probes.resetLatency()
+            let lagAtStart = try await probes.lag(topic: topic, partitions: partitions, group: group)
+            let atStart = await probes.emulator()
+            let producedAtStart = feeder.produced
+            let cpuAtStart = relay.cpuSeconds
+            let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
+            let measureStarted = ContinuousClock.now
+            try await Task.sleep(for: .seconds(seconds))
+            return SteadyMeasurement(
+                elapsed: (ContinuousClock.now - measureStarted).seconds,
+                cpu: relay.cpuSeconds - cpuAtStart,
+                relayRequests: await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart,
+                produced: Double(feeder.produced - producedAtStart),
+                lagAtStart: lagAtStart,
+                lagAtEnd: try await probes.lag(topic: topic, partitions: partitions, group: group),
+                atStart: atStart,
+                atEnd: await probes.emulator(),
+                rss: relay.rssMegabytes,
+                peakRSS: relay.peakRSSMegabytes)
+        }
+        let (elapsed, cpu, relayRequests, produced) = (measured.elapsed, measured.cpu, measured.relayRequests, measured.produced)
+        let (lagAtStart, lagAtEnd, atStart, statistics) = (measured.lagAtStart, measured.lagAtEnd, measured.atStart, measured.atEnd)
+        let (rss, peak) = (measured.rss, measured.peakRSS)
+        let totalProduced = fed + vehicles
 
         // Drain what is left, then account for every event: what is still uncommitted
         // in Kafka is not lost (a restart reads it again).
@@ -295,6 +300,20 @@ extension Scenarios {
     }
 }
 
+/// What a steady state's measuring window saw, read while the feeder runs.
+struct SteadyMeasurement: Sendable {
+    let elapsed: Double
+    let cpu: Double
+    let relayRequests: Double
+    let produced: Double
+    let lagAtStart: Int64
+    let lagAtEnd: Int64
+    let atStart: JSONValue
+    let atEnd: JSONValue
+    let rss: Double
+    let peakRSS: Double
+}
+
 /// Produces events at a steady rate over a fleet, each with the current time.
 final class SteadyFeeder: @unchecked Sendable {
     let environment: BenchEnvironment
@@ -314,8 +333,20 @@ final class SteadyFeeder: @unchecked Sendable {
 
     var produced: Int { count.withLock { $0 } }
 
+    /// Feeds as a child task while `measure` runs, then stops: `measure`'s result and the
+    /// events produced in all (flushed).
+    func feeding<Measured: Sendable>(while measure: () async throws -> Measured) async throws -> (Measured, produced: Int) {
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            group.addTask { try await self.run() }
+            defer { group.cancelAll() }
+            let measured = try await measure()
+            group.cancelAll()
+            return (measured, try await group.next() ?? 0)
+        }
+    }
+
     /// Runs until cancelled; returns the events produced (all flushed).
-    func run() async throws -> Int {
+    private func run() async throws -> Int {
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix)
         let started = ContinuousClock.now

@@ -178,8 +178,7 @@ private struct CapturingLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
-             file: String, function: String, line: UInt) {
-        logs.append("\(level) \(message) \(metadata ?? [:])")
+    func log(event: LogEvent) {
+        logs.append("\(event.level) \(event.message) \(event.metadata ?? [:])")
     }
 }
