@@ -56,13 +56,7 @@ public enum MappingFile {
             throw MappingError(description: "not YAML or JSON: \(error)")
         }
         var reader = Reader(mapping: InputMapping(name: name))
-        do {
-            try reader.read(root)
-        } catch let error as MappingError {
-            throw error
-        } catch {
-            throw MappingError(description: "\(error)")
-        }
+        try reader.read(root)
         return reader.mapping
     }
 

@@ -15,7 +15,8 @@ import Testing
     }
 
     @Test func metricsArePrometheusTextWithHelpLines() {
-        registry.makeCounter(name: "requests_total", labels: [("kind", "a")]).increment(by: Int64(3))
+        registry.makeCounter(descriptor: MetricNameDescriptor(metricName: "requests", unitName: "total", helpText: ""),
+                             labels: [("kind", "a")]).increment(by: Int64(3))
         let response = get("/metrics")
         #expect(response.status == 200)
         #expect(response.headers.contains { $0.name == "Content-Type" && $0.value.hasPrefix("text/plain; version=0.0.4") })
