@@ -114,12 +114,7 @@ private final class Inspectors: Sendable {
         }
     }
 
-    /// Takes every client out under the lock; they are destroyed after it, when the
-    /// returned dictionary goes.
     func closeAll() {
-        _ = byGroup.withLock { byGroup -> [String: KafkaInspector] in
-            defer { byGroup = [:] }
-            return byGroup
-        }
+        byGroup.withLock { $0.removeAll() }
     }
 }

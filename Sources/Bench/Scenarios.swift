@@ -227,9 +227,6 @@ struct Scenarios {
                 rss: relay.rssMegabytes,
                 peakRSS: relay.peakRSSMegabytes)
         }
-        let (elapsed, cpu, relayRequests, produced) = (measured.elapsed, measured.cpu, measured.relayRequests, measured.produced)
-        let (lagAtStart, lagAtEnd, atStart, statistics) = (measured.lagAtStart, measured.lagAtEnd, measured.atStart, measured.atEnd)
-        let (rss, peak) = (measured.rss, measured.peakRSS)
         let totalProduced = fed + vehicles
 
         // Drain what is left, then account for every event: what is still uncommitted
@@ -249,22 +246,22 @@ struct Scenarios {
         let after = await probes.emulator()
         let dropped = Double(RetentionLoss.skippedOffsets(inLog: relay.logPath))
         let lost = max(0, Double(totalProduced) - delta(after, before, "distinct_fixes_received") - unsent - dropped - Double(left))
-        let latency = statistics["latency_ms"]
-        let producedRate = produced / elapsed
+        let latency = measured.atEnd["latency_ms"]
+        let producedRate = measured.produced / measured.elapsed
         report.add(section, "events produced", producedRate, "events/s", ratio: producedRate / consumeCeiling, of: "bare consumer")
-        let requestRate = delta(statistics, atStart, "update_requests") / elapsed
+        let requestRate = delta(measured.atEnd, measured.atStart, "update_requests") / measured.elapsed
         report.add(section, "update requests", requestRate, "requests/s", ratio: requestRate / requestCeiling, of: "emulator ceiling")
         report.add(section, "latency p50 (event time → emulator)", latency?["p50"]?.numberValue ?? -1, "ms")
         report.add(section, "latency p99", latency?["p99"]?.numberValue ?? -1, "ms")
         report.add(section, "latency max", latency?["max"]?.numberValue ?? -1, "ms")
-        report.add(section, "consumer lag at start of measurement", Double(lagAtStart), "events")
-        report.add(section, "consumer lag at end", Double(lagAtEnd), "events")
-        report.add(section, "relay CPU share", cpu / elapsed, "cores", ratio: cpu / elapsed / 2, of: "the machine's 2 cores")
-        let cpuPerRequest = cpu / max(relayRequests, 1) * 1e6
+        report.add(section, "consumer lag at start of measurement", Double(measured.lagAtStart), "events")
+        report.add(section, "consumer lag at end", Double(measured.lagAtEnd), "events")
+        report.add(section, "relay CPU share", measured.cpu / measured.elapsed, "cores", ratio: measured.cpu / measured.elapsed / 2, of: "the machine's 2 cores")
+        let cpuPerRequest = measured.cpu / max(measured.relayRequests, 1) * 1e6
         report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
-        report.add(section, "events per update request", produced / max(requestRate * elapsed, 1), "events/request")
-        report.add(section, "relay RSS at end", rss, "MB")
-        report.add(section, "relay peak RSS", peak, "MB")
+        report.add(section, "events per update request", measured.produced / max(requestRate * measured.elapsed, 1), "events/request")
+        report.add(section, "relay RSS at end", measured.rss, "MB")
+        report.add(section, "relay peak RSS", measured.peakRSS, "MB")
         report.add(section, "events not sent for a counted reason", unsent, "events")
         report.add(section, "events deleted by the mock cluster's retention before they were read", dropped, "events")
         report.add(section, "after the producer stopped: time to drain the lag", drainTime, "s")
@@ -338,8 +335,7 @@ final class SteadyFeeder: @unchecked Sendable {
     func feeding<Measured: Sendable>(while measure: () async throws -> Measured) async throws -> (Measured, produced: Int) {
         try await withThrowingTaskGroup(of: Int.self) { group in
             group.addTask { try await self.run() }
-            defer { group.cancelAll() }
-            let measured = try await measure()
+            let measured = try await measure()  // a throw cancels the feeder with the group
             group.cancelAll()
             return (measured, try await group.next() ?? 0)
         }

@@ -176,7 +176,7 @@ public final class RelayHealth: Sendable {
         let signerFailing = current.signerFailingSince
         return liveness(at: now) + [
             groupCheck(current, now: now),
-            consumeCheck(current.consumeError, now: now),
+            consumeCheck(current, now: now),
             Check(name: "signer", ok: signerFailing.map { now - $0 <= maximumOutage } ?? true,
                   detail: signerFailing.map { "failing for \((now - $0).components.seconds) s" } ?? "ok"),
             fleetEngineCheck(since: current.fleetEngineOutageSince, failure: current.fleetEngineFailure, now: now),
@@ -195,9 +195,8 @@ public final class RelayHealth: Sendable {
         return Check(name: "consumer_group", ok: state.joinedGroup, detail: detail)
     }
 
-    private func consumeCheck(_ error: (name: String, count: Int, since: ContinuousClock.Instant)?,
-                              now: ContinuousClock.Instant) -> Check {
-        guard let error else { return Check(name: "kafka_consume", ok: true, detail: "ok") }
+    private func consumeCheck(_ state: State, now: ContinuousClock.Instant) -> Check {
+        guard let error = state.consumeError else { return Check(name: "kafka_consume", ok: true, detail: "ok") }
         return Check(name: "kafka_consume", ok: false,
                      detail: "\(error.count) consume errors in \((now - error.since).components.seconds) s and no record since, latest: \(error.name)")
     }

@@ -166,25 +166,25 @@ public struct UpdateForwarder: Sendable {
         /// Fleet Engine answered; nil when the vehicle has no location yet.
         case known(Int64?)
         /// Fleet Engine refused to say: the update's own answer decides.
-        case refused(LiveReadRefusal, status: Int, message: String)
+        case refused(LiveReadRefusal, message: String)
         /// Cause and detail: worth retrying.
         case unavailable(String, String)
     }
 
     /// Why Fleet Engine would not tell a vehicle's live location, named as in the metric.
-    private enum LiveReadRefusal: String {
-        case invalidArgument = "invalid_argument"
-        case unauthenticated
-        case permissionDenied = "permission_denied"
-        case notFound = "not_found"
+    /// Raw values are the HTTP statuses of the read.
+    private enum LiveReadRefusal: Int {
+        case invalidArgument = 400
+        case unauthenticated = 401
+        case permissionDenied = 403
+        case notFound = 404
 
-        init?(status: Int) {
-            switch status {
-            case 400: self = .invalidArgument
-            case 401: self = .unauthenticated
-            case 403: self = .permissionDenied
-            case 404: self = .notFound
-            default: return nil
+        var label: String {
+            switch self {
+            case .invalidArgument: "invalid_argument"
+            case .unauthenticated: "unauthenticated"
+            case .permissionDenied: "permission_denied"
+            case .notFound: "not_found"
             }
         }
 
@@ -196,8 +196,8 @@ public struct UpdateForwarder: Sendable {
     private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
         let fetched = await client.fetchVehicle(vehicle, token: token)
         if fetched.status == 200 { return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body)) }
-        if let refusal = LiveReadRefusal(status: fetched.status) {
-            return .refused(refusal, status: fetched.status, message: fetched.message)
+        if let refusal = LiveReadRefusal(rawValue: fetched.status) {
+            return .refused(refusal, message: fetched.message)
         }
         if fetched.status == 0 { return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer") }
         return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
@@ -212,10 +212,10 @@ public struct UpdateForwarder: Sendable {
         case .known(nil): label = "no_location"
         case .known(let live?): label = live >= update.lastLocation.recordedAtMilliseconds ? "newer" : "older"
         case .unavailable: label = "unavailable"
-        case .refused(let refusal, let status, let message):
-            label = refusal.rawValue
+        case .refused(let refusal, let message):
+            label = refusal.label
             if refusal.turnsTheCheckOff {
-                liveCheckNotices.warning(label, to: logger, "Fleet Engine refused to read the live location of \(update.vehicle) (\(status): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(label)\"}")
+                liveCheckNotices.warning(label, to: logger, "Fleet Engine refused to read the live location of \(update.vehicle) (\(refusal.rawValue): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(label)\"}")
             }
         }
         Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", label)]).increment()
