@@ -47,6 +47,11 @@ public final class FleetEngineEmulator: EmulatedService {
         public var overlappingUpdates = 0
         /// Requests refused because their token's `exp` had passed: a relay handing out expired tokens.
         public var expiredTokens = 0
+        /// Updates applied although their client had gone away (`appliesAbandonedUpdates`).
+        public var abandonedUpdatesApplied = 0
+        /// Update requests answered 503 per vehicle of `FaultPlan.unavailableVehicles`: how often
+        /// a relay tries a vehicle that keeps failing.
+        public var unavailableVehicleRequests: [String: Int] = [:]
     }
 
     /// Faults applied to every update request, by chance or by vehicle.
@@ -62,15 +67,20 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Vehicles whose updates are answered 503 UNAVAILABLE every time: a vehicle stuck in retries.
         public var unavailableVehicles: Set<String>
         /// Delay before an update (not a read) is applied: a slow backend. An update whose client
-        /// closes the connection meanwhile is dropped unapplied.
+        /// closes the connection meanwhile is dropped unapplied, unless `appliesAbandonedUpdates`.
         public var updateLatency: Duration
+        /// A slow update is applied at the end of its latency even when its client went away
+        /// (reset the stream, closed the connection): a reset tells the client nothing about
+        /// whether the server applied the update.
+        public var appliesAbandonedUpdates: Bool
         /// Answers every vehicle read (`GET`) with this status, as Fleet Engine does for a token
         /// whose role may update but not read (403), while updates go on being served.
         public var vehicleReadStatus: Int?
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
                     rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = [],
-                    updateLatency: Duration = .zero, vehicleReadStatus: Int? = nil) {
+                    updateLatency: Duration = .zero, appliesAbandonedUpdates: Bool = false, vehicleReadStatus: Int? = nil) {
+            self.appliesAbandonedUpdates = appliesAbandonedUpdates
             self.vehicleReadStatus = vehicleReadStatus
             self.updateLatency = updateLatency
             self.failRate = failRate
@@ -140,12 +150,15 @@ public final class FleetEngineEmulator: EmulatedService {
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
         guard request.path.hasPrefix("/v1/providers/") else { return nil }
-        let (latency, updateLatency) = state.withLock { ($0.plan.latency, $0.plan.updateLatency) }
-        if latency > .zero { try? await Task.sleep(for: latency) }
+        let plan = state.withLock { $0.plan }
+        if plan.latency > .zero { try? await Task.sleep(for: plan.latency) }
         guard request.method != "GET" else { return handle(request) }
         return await whileOpen(request) {
-            if updateLatency > .zero, await !request.connection.hold(for: updateLatency) {
-                return .googleError(499, "CANCELLED", "The client went away.")
+            let applyAt = ContinuousClock.now + plan.updateLatency
+            if plan.updateLatency > .zero, await !request.connection.hold(for: plan.updateLatency) {
+                guard plan.appliesAbandonedUpdates else { return .googleError(499, "CANCELLED", "The client went away.") }
+                try? await Task.sleep(until: applyAt)
+                state.withLock { $0.statistics.abandonedUpdatesApplied += 1 }
             }
             return handle(request)
         }
@@ -298,9 +311,12 @@ public final class FleetEngineEmulator: EmulatedService {
         if state.withLock({ $0.plan.rejectedVehicles.contains(vehicle.id) }) {
             return Self.error(404, "NOT_FOUND", "Vehicle \(vehicle.id) does not exist.")
         }
-        if state.withLock({ $0.plan.unavailableVehicles.contains(vehicle.id) }) {
-            return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        let unavailable = state.withLock { state in
+            guard state.plan.unavailableVehicles.contains(vehicle.id) else { return false }
+            state.statistics.unavailableVehicleRequests[vehicle.id, default: 0] += 1
+            return true
         }
+        if unavailable { return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.") }
         let valid: UpdateBodyValidator.ValidUpdate
         do {
             valid = try UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])

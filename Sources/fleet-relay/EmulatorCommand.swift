@@ -53,6 +53,15 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("reject-vehicle"), help: "A vehicle id answered 404 (repeatable).")
     var rejectedVehicles: [String] = []
 
+    @Option(name: .customLong("fail-vehicle"), help: "A vehicle id whose updates are answered 503 every time (repeatable): a vehicle stuck in retries.")
+    var failedVehicles: [String] = []
+
+    @Option(help: "Milliseconds an update takes before it is applied: a slow backend.")
+    var updateLatencyMs = 0
+
+    @Flag(help: "Apply a slow update even when its client went away (reset the stream, closed the connection) before the answer, as a real server may.")
+    var applyAbandonedUpdates = false
+
     @Option(help: "Serve HTTPS (HTTP/2 and HTTP/1.1 through ALPN) with this PEM certificate chain; needs --tls-key.")
     var tlsCert: String?
 
@@ -114,7 +123,8 @@ struct EmulatorCommand: AsyncParsableCommand {
         let emulator = FleetEngineEmulator(key: key, provider: provider ?? key.projectId,
                                            requireExistingVehicles: requireExistingVehicles, recordsHistory: recordHistory)
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
-                                   rejectedVehicles: Set(rejectedVehicles))
+                                   rejectedVehicles: Set(rejectedVehicles), unavailableVehicles: Set(failedVehicles),
+                                   updateLatency: .milliseconds(updateLatencyMs), appliesAbandonedUpdates: applyAbandonedUpdates)
         let options = HTTPServer.Options(
             tls: try serverTLS(logger: logger).map { noHttp2 ? $0.withoutHTTP2() : $0 },
             http2: .init(maximumConcurrentStreams: maxConcurrentStreams, goAwayEveryRequests: goawayEvery, resetShare: resetRate))
