@@ -41,7 +41,7 @@ let package = Package(
         .target(
             name: "Kafka",
             dependencies: [
-                "CRdKafka", .product(name: "Logging", package: "swift-log"),
+                "CRdKafka", "JSON", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),

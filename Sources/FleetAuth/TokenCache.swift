@@ -177,7 +177,7 @@ public actor TokenCache {
         mintCount += 1
         evictIfFull()
         do {
-            let token = try await signer.mint(for: key)
+            let token = try await Self.signOffTheCallersExecutor(signer, key)
             setReady(key, token)
             slots[key]?.waiters.resumeAll(.value(token))
             return token
@@ -195,6 +195,15 @@ public actor TokenCache {
             }
             throw error
         }
+    }
+
+    /// Signs on the global concurrent executor, whatever executor the caller's task prefers: the
+    /// relay's workers run on the event loops that carry their connections, and an RS256
+    /// signature (about 0.4 ms) there would stall every connection of that loop meanwhile. A
+    /// cold start's signatures spread over the cores instead.
+    private static func signOffTheCallersExecutor(_ signer: any VehicleTokenSigner,
+                                                  _ key: VehicleIdentity) async throws -> VehicleToken {
+        try await withTaskExecutorPreference(globalConcurrentExecutor) { try await signer.mint(for: key) }
     }
 
     /// 1 s after the first failure, doubling, at most `maximumBackoffSeconds`.

@@ -72,6 +72,9 @@ public final class KafkaConsumer: Service, Sendable {
         // the end of the wait (librdkafka's mock cluster among them) would otherwise add up to
         // half a second to every fix; on a real broker it costs a few empty fetches when idle.
         "fetch.wait.max.ms": "100",
+        // Per-partition lag and committed offsets come with librdkafka's statistics, which cost no
+        // query to the broker (0 turns them off).
+        "statistics.interval.ms": "5000",
     ]
 
     /// - Parameters:
@@ -83,7 +86,8 @@ public final class KafkaConsumer: Service, Sendable {
         logger: Logger,
         rebalanceHandler: @escaping RebalanceHandler = { _ in [] },
         committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void = { _ in },
-        consumeError: @escaping @Sendable (String) -> Void = { _ in }
+        consumeError: @escaping @Sendable (String) -> Void = { _ in },
+        statistics: @escaping @Sendable ([TopicPartition: PartitionStatistics]) -> Void = { _ in }
     ) throws(KafkaError) {
         guard configuration["group.id"] != nil else {
             throw KafkaError(.configuration, "a consumer needs a group id")
@@ -93,7 +97,8 @@ public final class KafkaConsumer: Service, Sendable {
         var continuation: AsyncStream<[KafkaRecord]>.Continuation!
         self.stream = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
         let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
-                                      committedOnRevoke: committedOnRevoke, consumeError: consumeError)
+                                      committedOnRevoke: committedOnRevoke, consumeError: consumeError,
+                                      statistics: statistics)
         self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.context = context
         self.control = Mutex(Control())
@@ -150,14 +155,16 @@ public final class KafkaConsumer: Service, Sendable {
         return Double(DispatchTime.now().uptimeNanoseconds &- last) / 1e9
     }
 
-    /// Commits the given offsets (each the next offset to consume) without blocking a thread:
-    /// the broker's answer is served by the poll loop. Fails once the consumer is closing, and
-    /// when no answer came within `timeout`.
-    public func commit(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(30)) async throws(KafkaError) {
+    /// Queues a commit of the given offsets (each the next offset to consume) without waiting:
+    /// `answer` runs on the poll thread with the broker's answer (nil: committed). Returns the
+    /// refusal when the commit was not queued (the consumer is not polling, or has no group);
+    /// `answer` is then never called. The caller owns the deadline for an answer that never comes.
+    public func enqueueCommit(_ offsets: [TopicPartitionOffset],
+                              answer: @escaping @Sendable (KafkaError?) -> Void) -> KafkaError? {
         guard pollThread.isPolling else {
-            throw KafkaError(.commit, "the consumer is not polling (not running, or closing): nothing committed")
+            return KafkaError(.commit, "the consumer is not polling (not running, or closing): nothing committed")
         }
-        try await client.commit(offsets, timeout: timeout)
+        return client.enqueueCommit(offsets, answer: answer)
     }
 
     /// Low and high watermarks of a partition as the broker reports them.
@@ -199,6 +206,7 @@ public final class KafkaConsumer: Service, Sendable {
     private func leaveGroup() {
         logger.info("Kafka consumer leaving its group")
         client.closeConsumer()
+        context.commitAnswers.dropAll()
         context.continuation.finish()
     }
 
@@ -213,12 +221,15 @@ public final class KafkaConsumer: Service, Sendable {
 
 /// The consumer's callback state. Every member but `logger` and the atomics is
 /// touched only on the poll thread.
-final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @unchecked Sendable {
+final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDKafkaStatisticsHandling,
+    @unchecked Sendable {
     let continuation: AsyncStream<[KafkaRecord]>.Continuation
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
     /// Errors Kafka answered instead of records, by name (called on the poll thread).
     let consumeError: @Sendable (String) -> Void
+    /// The assigned partitions' figures from librdkafka's statistics (called on the poll thread).
+    let onStatistics: @Sendable ([TopicPartition: PartitionStatistics]) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
     let pausedAgainstWish = Atomic<Int>(0)
     /// Chunks yielded to `records` and not yet taken by the reader.
@@ -234,8 +245,10 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @un
     init(logger: Logger, continuation: AsyncStream<[KafkaRecord]>.Continuation,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
          committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void,
-         consumeError: @escaping @Sendable (String) -> Void) {
+         consumeError: @escaping @Sendable (String) -> Void,
+         statistics: @escaping @Sendable ([TopicPartition: PartitionStatistics]) -> Void) {
         self.consumeError = consumeError
+        self.onStatistics = statistics
         self.continuation = continuation
         self.rebalanceHandler = rebalanceHandler
         self.committedOnRevoke = committedOnRevoke
@@ -262,6 +275,11 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, @un
             assignment = cooperative ? assignment.subtracting(partitions) : []
             return final
         }
+    }
+
+    /// librdkafka also reports partitions it no longer fetches: only the assignment is handed on.
+    func statistics(_ json: UnsafeBufferPointer<UInt8>) {
+        onStatistics(PartitionStatistics.parse(json).filter { assignment.contains($0.key) })
     }
 
     func committedBeforeRevoke(_ offsets: [TopicPartitionOffset], failure: String?) {

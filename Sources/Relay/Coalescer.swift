@@ -13,17 +13,15 @@ public struct CoalescedRequest: Sendable {
     /// Set when Fleet Engine's live location must be read first (first request for the
     /// vehicle since startup or a partition reassignment): the assignment epoch checked.
     public internal(set) var liveCheckEpoch: UInt64?
-    /// Earlier attempts that found no token for the vehicle (the signer failing), and
-    /// since when: drives the backoff before the next try and the retry deadline.
-    public internal(set) var tokenAttempts = 0
-    public internal(set) var awaitingTokenSince: ContinuousClock.Instant?
+    /// Earlier attempts of the vehicle that failed transiently, and since when: drive the
+    /// backoff before the next try and the retry deadline.
+    public internal(set) var retryAttempts = 0
+    public internal(set) var failingSince: ContinuousClock.Instant?
 
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]
     /// The partitions (and their assignment generations) whose records the request settles.
     public let partitions: [PartitionGeneration]
-    /// How a revoke of one of `partitions` cancels the request while it is under way.
-    public let cancellation: RequestCancellation
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         self.update = update
@@ -37,7 +35,6 @@ public struct CoalescedRequest: Sendable {
             if !partitions.contains(site) { partitions.append(site) }
         }
         self.partitions = partitions
-        self.cancellation = RequestCancellation(vehicle: update.vehicle, partitions: partitions)
     }
 }
 

@@ -3,18 +3,28 @@ import FleetEngine
 import InputFormats
 import Kafka
 import Metrics
+import Synchronization
 
-/// Metrics refreshed every few seconds rather than per event: consumer lag and
-/// committed offsets, paused partitions, the age of each partition's oldest
-/// unfinished record, and the token cache's counts. Series of partitions no
-/// longer assigned are removed; series known up front start at 0.
-final class RelayGauges {
+/// The relay's gauges of partitions and tokens. Each assigned partition has its series from
+/// the assignment on, at 0 until known, and loses them with its revoke. Lag and committed
+/// offsets come with librdkafka's statistics (no query to the broker); the age of the oldest
+/// unfinished record, paused partitions and the token cache's counts are refreshed every few
+/// seconds from the relay's own state.
+///
+/// Threading: every method may be called from any thread (the poll thread for assignments,
+/// revokes and statistics; the refresh task for the rest).
+final class RelayGauges: Sendable {
     private let pausedPartitions = Gauge(label: "fleet_relay_paused_partitions")
     private let tokenCacheSize = Gauge(label: "fleet_relay_token_cache_size")
     private let tokenCacheHits = Counter(label: "fleet_relay_token_cache_hits_total")
-    private var reported = (mints: 0, hits: 0)
-    private var reportedErrors: [String: Int] = [:]
-    private var partitionSeries: [TopicPartition: PartitionSeries] = [:]
+    private let partitionSeries = Mutex<[TopicPartition: PartitionSeries]>([:])
+    private let reported = Mutex<TokenCounts>(TokenCounts())
+
+    private struct TokenCounts {
+        var mints = 0
+        var hits = 0
+        var errors: [String: Int] = [:]
+    }
 
     private struct PartitionSeries {
         let committedOffset: Gauge
@@ -26,6 +36,7 @@ final class RelayGauges {
             committedOffset = Gauge(label: "fleet_relay_committed_offset", dimensions: dimensions)
             lag = Gauge(label: "fleet_relay_consumer_lag", dimensions: dimensions)
             oldestUnfinished = Gauge(label: "fleet_relay_oldest_unfinished_seconds", dimensions: dimensions)
+            committedOffset.record(0)
             lag.record(0)
             oldestUnfinished.record(0)
         }
@@ -43,41 +54,50 @@ final class RelayGauges {
         }
     }
 
-    func refresh(consumer: KafkaConsumer, pipeline: Pipeline, tokens: TokenCache) async {
-        let (assignedPartitions, ages, committed) = pipeline.read { state in
-            (state.assignedPartitions, state.oldestUnfinishedAge(now: .now), state.lastCommittedOffsets)
+    /// Assigned partitions get their series, at 0 until known.
+    func track(_ partitions: [TopicPartition]) {
+        partitionSeries.withLock { series in
+            for partition in partitions where series[partition] == nil { series[partition] = PartitionSeries(partition) }
         }
-        let assigned = Set(assignedPartitions)
-        for (partition, series) in partitionSeries where !assigned.contains(partition) {
-            series.destroy()
-            partitionSeries[partition] = nil
+    }
+
+    /// Revoked partitions lose their series.
+    func untrack(_ partitions: [TopicPartition]) {
+        partitionSeries.withLock { series in
+            for partition in partitions { series.removeValue(forKey: partition)?.destroy() }
         }
-        for partition in assigned where partitionSeries[partition] == nil {
-            partitionSeries[partition] = PartitionSeries(partition)
-        }
-        pausedPartitions.record(consumer.pausedPartitionCount)
-        for (partition, age) in ages {
-            partitionSeries[partition]?.oldestUnfinished.record(age.inSeconds)
-        }
-        for partition in assigned.sorted() {
-            guard let offset = committed[partition], let series = partitionSeries[partition] else { continue }
-            series.committedOffset.record(offset)
-            if let high = try? await consumer.watermarks(partition, timeout: .seconds(2)).high {
-                series.lag.record(max(0, high - offset))
+    }
+
+    /// Lag and committed offsets of assigned partitions, from librdkafka's statistics.
+    func record(_ statistics: [TopicPartition: PartitionStatistics]) {
+        partitionSeries.withLock { series in
+            for (partition, figures) in statistics {
+                guard let gauges = series[partition] else { continue }
+                if let committed = figures.committedOffset { gauges.committedOffset.record(committed) }
+                if let lag = figures.lag { gauges.lag.record(lag) }
             }
         }
+    }
+
+    func refresh(consumer: KafkaConsumer, pipeline: Pipeline, tokens: TokenCache) async {
+        let ages = pipeline.read { $0.oldestUnfinishedAge(now: .now) }
+        partitionSeries.withLock { series in
+            for (partition, age) in ages { series[partition]?.oldestUnfinished.record(age.inSeconds) }
+        }
+        pausedPartitions.record(consumer.pausedPartitionCount)
         let (mints, hits, errors, size, signer) = await (tokens.mintCount, tokens.hitCount, tokens.errorsByReason,
                                                          tokens.count, tokens.signerName)
-        Counter(label: "fleet_relay_tokens_minted_total", dimensions: [("signer", signer)])
-            .increment(by: mints - reported.mints)
-        for (reason, count) in errors where count != reportedErrors[reason] {
-            Counter(label: "fleet_relay_token_errors_total", dimensions: [("signer", signer), ("reason", reason)])
-                .increment(by: count - (reportedErrors[reason] ?? 0))
+        reported.withLock { reported in
+            Counter(label: "fleet_relay_tokens_minted_total", dimensions: [("signer", signer)])
+                .increment(by: mints - reported.mints)
+            for (reason, count) in errors where count != reported.errors[reason] {
+                Counter(label: "fleet_relay_token_errors_total", dimensions: [("signer", signer), ("reason", reason)])
+                    .increment(by: count - (reported.errors[reason] ?? 0))
+            }
+            tokenCacheHits.increment(by: hits - reported.hits)
+            reported = TokenCounts(mints: mints, hits: hits, errors: errors)
         }
-        tokenCacheHits.increment(by: hits - reported.hits)
         tokenCacheSize.record(size)
-        reported = (mints, hits)
-        reportedErrors = errors
     }
 }
 

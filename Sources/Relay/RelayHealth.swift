@@ -19,8 +19,9 @@ public final class RelayHealth: Sendable {
         var membershipLostSince: ContinuousClock.Instant?
         /// The latest consume error since the last record consumed, how many there were, and since when.
         var consumeError: (name: String, count: Int, since: ContinuousClock.Instant)?
+        /// Since when Fleet Engine fails for most vehicles, while it does.
         var fleetEngineOutageSince: ContinuousClock.Instant?
-        /// The latest failure's cause and detail during an outage, for `/readyz`.
+        /// The failure that began the outage, for `/readyz`.
         var fleetEngineFailure: (cause: String, detail: String)?
         var signerFailingSince: ContinuousClock.Instant?
         var lastPollAge: @Sendable () -> Double = { 0 }
@@ -99,27 +100,24 @@ public final class RelayHealth: Sendable {
     /// ready at once instead of after the outage limit.
     static let configurationCauses: Set<String> = ["tls", "proxy", "http_version"]
 
-    /// Tracks Fleet Engine outages (transient failures with no answer in between) and
-    /// logs one line when one begins, with its reason, and one when it ends.
-    func record(_ outcome: FleetEngineOutcome, detail: String = "") {
-        let now = ContinuousClock.now
-        let change: (began: Bool, lasted: Duration?) = state.withLock { state in
-            if case .transient(let cause, _) = outcome {
-                state.fleetEngineFailure = (cause, detail)
-                guard state.fleetEngineOutageSince == nil else { return (false, nil) }
+    /// Fleet Engine began or stopped failing for most vehicles (decided by the pipeline from the
+    /// share of vehicles waiting to retry, so a few refused vehicles are no outage and one answer
+    /// neither starts nor ends one): logs one line when an outage begins, with its reason, and
+    /// one when it ends.
+    func recordFleetEngineOutage(_ change: FleetEngineOutageChange, now: ContinuousClock.Instant = .now) {
+        switch change {
+        case .began(let failing, let vehicles, let failure):
+            state.withLock { state in
                 state.fleetEngineOutageSince = now
-                return (true, nil)
+                state.fleetEngineFailure = (failure.cause, failure.detail)
             }
-            guard let since = state.fleetEngineOutageSince else { return (false, nil) }
-            state.fleetEngineOutageSince = nil
-            state.fleetEngineFailure = nil
-            return (false, now - since)
-        }
-        if change.began, case .transient(let cause, _) = outcome {
-            logger.warning("Fleet Engine outage began (\(cause)\(detail.isEmpty ? "" : ": " + detail)); retrying with backoff")
-        }
-        if let lasted = change.lasted {
-            logger.notice("Fleet Engine outage ended after \(lasted)")
+            logger.warning("Fleet Engine outage began (\(failure.cause)\(failure.detail.isEmpty ? "" : ": " + failure.detail)): \(failing) of \(vehicles) vehicles wait to retry, each with backoff")
+        case .ended(let lasted):
+            state.withLock { state in
+                state.fleetEngineOutageSince = nil
+                state.fleetEngineFailure = nil
+            }
+            logger.notice("Fleet Engine outage ended after \(lasted.components.seconds) s")
         }
     }
 

@@ -21,6 +21,7 @@ public enum RelayMetricNames {
         "fleet_relay_token_cache_size": "Vehicle tokens held in the cache.",
         "fleet_relay_token_errors_total": "Failed token mints, by signer and reason (unavailable, refused, bad_response, rejected_token, credentials, signing).",
         "fleet_relay_in_flight_requests": "Fleet Engine requests under way.",
+        "fleet_relay_vehicles_retrying": "Vehicles waiting out a backoff after Fleet Engine failed their last attempt (5xx, 429, timeout, no connection); none of them holds a request slot.",
         "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
         "fleet_relay_build_info": "Always 1; the version label names the running build.",
         "fleet_relay_replay_records_in_window": "Replay: records in the window's offset ranges.",

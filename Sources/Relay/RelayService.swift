@@ -29,6 +29,7 @@ public final class RelayService: Service, Sendable {
     private let producer: KafkaProducer
     private let logger: Logger
     private let consumerState = Mutex<KafkaConsumer?>(nil)
+    private let gauges = RelayGauges()
     /// Set when shutdown begins: fetching stays paused from then on.
     private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
@@ -43,7 +44,9 @@ public final class RelayService: Service, Sendable {
         self.decoder = configuration.makeDecoder()
         self.pipeline = Pipeline(limits: .init(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
-            vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords))
+            vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
+            retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline,
+            commitInterval: configuration.commitInterval))
         // A dead letter carries the consumed record whole, plus headers: the producer must take
         // anything the consumer can hand over (the broker's topic limit still applies).
         let producerProperties = configuration.kafka.properties.merging(
@@ -52,9 +55,8 @@ public final class RelayService: Service, Sendable {
         self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
                                             retryPolicy: configuration.retryPolicy, logLimiter: logLimiter,
                                             health: health, logger: logger)
-        self.forwarder = UpdateForwarder(client: client, tokens: tokens, retryPolicy: configuration.retryPolicy,
-                                         retryDeadline: configuration.retryDeadline, statistics: statistics,
-                                         health: health, logLimiter: logLimiter, logger: logger)
+        self.forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
+                                         logLimiter: logLimiter, logger: logger)
     }
 
     /// Room for a record as large as Kafka's default fetch limit per partition (1 MiB)
@@ -76,6 +78,12 @@ public final class RelayService: Service, Sendable {
     public func run() async throws {
         let consumer = try makeConsumer()
         consumerState.withLock { $0 = consumer }
+        pipeline.issueCommits { [weak consumer, weak self] order in
+            guard let consumer, let self else { return "the relay stopped" }
+            return consumer.enqueueCommit(order.offsets) { failure in
+                self.carryOut(self.pipeline.handle { $0.commitAnswered(order, failure: failure?.message, now: .now) })
+            }?.message
+        }
         health.watchPollLoop { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
@@ -92,7 +100,8 @@ public final class RelayService: Service, Sendable {
                 drained.store(true, ordering: .relaxed)
                 background.cancelAll()
             }
-            await commit(consumer)
+            // Leaving the group revokes every partition: its revoke commits what finished.
+            pipeline.issueCommits(through: nil)
             await consumer.close()
         }
         // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
@@ -108,12 +117,13 @@ public final class RelayService: Service, Sendable {
         return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { [self] event in
             switch event {
             case .assigned(let partitions, let generation):
+                gauges.track(partitions)
                 carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
                 health.recordJoinedGroup()
                 return []
             case .revoked(let partitions, let lost):
                 if lost { health.recordMembershipLost() }
-                pipeline.handle { $0.beginRevoke(partitions) }
+                pipeline.update { $0.beginRevoke(partitions) }
                 if !lost { waitForWorkUnderWay(in: partitions) }
                 var finalOffsets: [TopicPartitionOffset] = []
                 carryOut(pipeline.handle { state in
@@ -121,6 +131,7 @@ public final class RelayService: Service, Sendable {
                     finalOffsets = revoked.offsets
                     return revoked.actions
                 })
+                gauges.untrack(partitions)
                 return finalOffsets
             }
         } committedOnRevoke: { offsets in
@@ -128,14 +139,17 @@ public final class RelayService: Service, Sendable {
             logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
         } consumeError: { [self] error in
             noteConsumeError(error)
+        } statistics: { [gauges] figures in
+            gauges.record(figures)
         }
     }
 
-    /// Runs on the poll thread inside the revoke callback, after new work on the
-    /// partitions stopped and their requests under way were cancelled: waits until those
-    /// requests ended and dead-letter writes under way finished, up to `revokeDrainTimeout`,
-    /// so that what finished is committed before another member takes over and no request
-    /// of this member can land after the next owner's. Queued records stay uncommitted for it.
+    /// Runs on the poll thread inside the revoke callback, after new work on the partitions
+    /// stopped: waits until the requests under way on them were answered (or timed out) and
+    /// dead-letter writes under way finished, up to `revokeDrainTimeout`, so that what finished
+    /// is committed before another member takes over and no request of this member can land
+    /// after the next owner's. Nothing is cancelled: a cancelled update may still be applied by
+    /// Fleet Engine, after the next owner's newer fix. Queued records stay uncommitted for it.
     private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
         guard !drained.load(ordering: .relaxed) else { return }
         let left = pipeline.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
@@ -198,10 +212,16 @@ public final class RelayService: Service, Sendable {
         for order in actions.deadLetters {
             deadLetters.submit(order) { [self] in
                 statistics.recordDeadLetter(reason: order.reason)
-                carryOut(pipeline.handle { $0.deadLetterWritten(order.source) })
+                carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
             }
         }
         if let change = actions.pause { applyPause(change) }
+        if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
+        if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
+        if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
+        if let failure = actions.commitFailure {
+            logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
+        }
     }
 
     /// Fetching pauses for each partition holding its share of `maximumPendingRecords`
@@ -233,53 +253,24 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// One worker. Its loop runs as a child task, so that a revoke can cancel the request it
-    /// is on (that request only: see `RequestCancellation`); a fresh loop then takes over.
+    /// One worker: takes the pipeline's next request, makes one attempt at it and reports the
+    /// outcome, until no more requests will come. It never waits to retry: a failed attempt
+    /// makes its vehicle due later and the worker takes the next vehicle at once.
     private func work() async {
-        var cancelledByRevoke = true
-        while cancelledByRevoke, !Task.isCancelled {
-            let watch = WorkerWatch()
-            cancelledByRevoke = await withTaskGroup(of: Bool.self) { loop in
-                loop.addTask { await self.workLoop(watch) }
-                await watch.wait()
-                loop.cancelAll()
-                return await loop.next() ?? false
-            }
-        }
-    }
-
-    /// Takes the pipeline's next request, delivers it, reports the outcome; false once no more
-    /// requests will come, true when cancelled.
-    private func workLoop(_ watch: WorkerWatch) async -> Bool {
-        defer { watch.loopEnded() }
-        // `watch.hasFired`, not only task cancellation: the parent learns of a revoke's cancel at
-        // once but cancels this task later, and by then the loop must not have taken a new request.
-        while !Task.isCancelled, !watch.hasFired {
-            guard let request = await pipeline.nextRequest(whenReady: carryOut) else { return false }
+        while let request = await pipeline.nextRequest(whenReady: carryOut) {
             statistics.requestStarted()
-            defer { statistics.requestEnded() }
-            guard request.cancellation.begin(on: watch) else {
-                carryOut(pipeline.handle { $0.complete(request, Delivery(outcome: .abandoned), now: .now) })
-                continue
-            }
             let pipeline = self.pipeline
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil,
-                                                   awaitingTokenSince: request.awaitingTokenSince) {
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil) {
                 pipeline.read { state in request.sources.contains(where: state.owns) }
             }
-            request.cancellation.end()
-            if delivery.outcome == .awaitingToken {
-                let delay = configuration.retryPolicy.delay(attempt: request.tokenAttempts, retryAfterSeconds: nil)
-                carryOut(pipeline.handle { $0.retryLater(request, after: delay, now: .now) })
-            } else {
-                carryOut(pipeline.handle { $0.complete(request, delivery, now: .now) })
-                count(request, delivery.outcome)
-            }
+            statistics.requestEnded()
+            let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
+            carryOut(actions)
+            count(request, delivery.outcome, gaveUp: actions.deadLetters)
         }
-        return true
     }
 
-    private func count(_ request: CoalescedRequest, _ outcome: DeliveryOutcome) {
+    private func count(_ request: CoalescedRequest, _ outcome: DeliveryOutcome, gaveUp: [DeadLetterOrder]) {
         switch outcome {
         case .accepted:
             statistics.recordFinished(.accepted)
@@ -290,40 +281,27 @@ public final class RelayService: Service, Sendable {
             statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
             logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
-        case .abandoned, .awaitingToken:
+        case .retry:
+            if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
+                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")
+            }
+        case .abandoned:
             break
         }
     }
 
-    /// Deferred vehicles at their due time, commits and gauge refreshes, each on its own
-    /// deadline: a slow broker delays a commit or the lag gauge, never a request.
+    /// The pipeline's deadlines (deferred vehicles, commits, forgetting idle vehicles) and the
+    /// gauge refreshes: a slow broker delays the lag gauge, never a request or a commit.
     private func housekeep(_ consumer: KafkaConsumer) async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
             group.addTask {
-                while (try? await Task.sleep(for: self.configuration.commitInterval)) != nil {
-                    await self.commit(consumer)
-                }
-            }
-            group.addTask {
-                let gauges = RelayGauges()
+                let gauges = self.gauges
                 repeat {
                     self.health.recordPauseState(unwished: consumer.pausedAgainstWish > 0)
                     await gauges.refresh(consumer: consumer, pipeline: self.pipeline, tokens: self.tokens)
                 } while (try? await Task.sleep(for: .seconds(5))) != nil
             }
-        }
-    }
-
-    private func commit(_ consumer: KafkaConsumer) async {
-        let offsets = pipeline.read { $0.offsetsToCommit() }
-        guard !offsets.isEmpty else { return }
-        do {
-            try await consumer.commit(offsets, timeout: .seconds(10))
-            pipeline.update { $0.committed(offsets) }
-            statistics.commits.add(1, ordering: .relaxed)
-        } catch {
-            logLimiter.warning("commit failed", to: logger, "Offset commit failed, will retry: \(error)")
         }
     }
 

@@ -41,10 +41,13 @@ public final class RelayStatistics: Sendable {
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
     private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
     private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
+    /// Vehicles waiting out a backoff after a Fleet Engine failure (from the pipeline, as it changes).
+    let vehiclesRetrying = Gauge(label: "fleet_relay_vehicles_retrying")
     /// Failed Schema Registry lookups (each retried: records wait, nothing is dead-lettered).
     let schemaRegistryErrors = Counter(label: "fleet_relay_schema_registry_errors_total")
 
     public init() {
+        vehiclesRetrying.record(0)
         finishedCounters = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {
             ($0, Counter(label: "fleet_relay_records_finished_total", dimensions: [("outcome", $0.rawValue)]))
         })

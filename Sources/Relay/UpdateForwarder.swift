@@ -3,6 +3,27 @@ import FleetEngine
 import Logging
 import Metrics
 
+/// A failure that says nothing about whether the update would be accepted: the vehicle is
+/// tried again after a backoff, and its newer fixes join that try.
+public struct TransientFailure: Sendable, Equatable {
+    /// `signer`, `http_503`, `http_429`, `timeout`, `connection`, `tls`, … (as in `fleet_relay_retries_total`).
+    public var cause: String
+    public var detail: String
+    /// The server's `Retry-After`, the least the backoff waits.
+    public var retryAfterSeconds: Double?
+
+    public static let signerCause = "signer"
+
+    public init(cause: String, detail: String, retryAfterSeconds: Double? = nil) {
+        self.cause = cause
+        self.detail = detail
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    /// Fleet Engine failed, not the signer: counts toward Fleet Engine's share of failing vehicles.
+    public var isFleetEngine: Bool { cause != Self.signerCause }
+}
+
 /// How a request ended for its records.
 public enum DeliveryOutcome: Sendable, Equatable {
     case accepted
@@ -10,11 +31,11 @@ public enum DeliveryOutcome: Sendable, Equatable {
     case stale
     /// Fleet Engine refused it for good: dead-letter the records with this reason.
     case rejected(reason: String, detail: String)
-    /// Shutdown interrupted it, or its partitions moved to another consumer: leave
-    /// the records unfinished (consumed again by whoever owns them next).
+    /// Shutdown interrupted it, or its partitions are being revoked: leave the records
+    /// unfinished (consumed again by whoever owns them next).
     case abandoned
-    /// No token could be had (the signer is failing): nothing was sent; try again later.
-    case awaitingToken
+    /// No token, no answer, or an answer worth retrying: try again after a backoff.
+    case retry(TransientFailure)
 }
 
 /// The outcome of a delivery and what it learnt about Fleet Engine's state.
@@ -32,18 +53,18 @@ public struct Delivery: Sendable, Equatable {
     }
 }
 
-/// Sends one update with its vehicle's token, retrying transient failures with
-/// backoff for as long as the task runs (Fleet Engine being down is no reason to
-/// drop data) and re-minting once on 401/403. When no token can be had it returns
-/// at once (`awaitingToken`): the caller retries later without holding a worker. Asked to, it first reads the
-/// vehicle's live location and sends nothing when Fleet Engine already holds a
-/// newer fix: after a restart or a rebalance, replayed records are older than
-/// what the previous owner delivered, and must not move the vehicle backwards.
+/// Makes one attempt at an update with its vehicle's token: mint (or take the cached
+/// token), read the live location when asked to, send. It never waits to retry: any
+/// transient failure comes back as `.retry`, and the caller (the pipeline's state machine)
+/// gives the vehicle a due time and frees the request slot at once. Only a 401/403 is
+/// tried again within the attempt, once, with a freshly minted token.
+///
+/// Asked to, it first reads the vehicle's live location and sends nothing when Fleet
+/// Engine already holds a newer fix: after a restart or a rebalance, replayed records are
+/// older than what the previous owner delivered, and must not move the vehicle backwards.
 public struct UpdateForwarder: Sendable {
     let client: FleetEngineClient
     let tokens: TokenCache
-    let retryPolicy: RetryPolicy
-    let retryDeadline: Duration?
     let statistics: RelayStatistics
     let health: RelayHealth
     let logLimiter: LogLimiter
@@ -53,85 +74,40 @@ public struct UpdateForwarder: Sendable {
     private let liveCheckNotices = LogLimiter(limit: 1, interval: .seconds(3600))
 
     /// - Parameter observeResponse: sees every update response's outcome (a replay slows down on 429s).
-    public init(client: FleetEngineClient, tokens: TokenCache, retryPolicy: RetryPolicy, retryDeadline: Duration? = nil,
-                statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger,
+    public init(client: FleetEngineClient, tokens: TokenCache, statistics: RelayStatistics, health: RelayHealth,
+                logLimiter: LogLimiter, logger: Logger,
                 observeResponse: @escaping @Sendable (FleetEngineOutcome) -> Void = { _ in }) {
         self.observeResponse = observeResponse
         self.health = health
         self.logLimiter = logLimiter
         self.client = client
         self.tokens = tokens
-        self.retryPolicy = retryPolicy
-        self.retryDeadline = retryDeadline
         self.statistics = statistics
         self.logger = logger
     }
 
-    /// - Parameters:
-    ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
-    ///   - awaitingTokenSince: when earlier attempts began finding no token; counts toward the retry deadline.
-    ///   - stillOwned: false once the records' partitions were revoked: retrying then
-    ///     would race the new owner and could move the vehicle backwards.
     /// The dead-letter reason of records whose request kept failing past `--retry-deadline`.
     public static let retryDeadlineExceeded = "retry_deadline_exceeded"
 
+    /// - Parameters:
+    ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
+    ///   - stillOwned: false once the records' partitions are being revoked: nothing more is
+    ///     sent then, so the revoke waits for at most the request already under way.
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
-                        awaitingTokenSince: ContinuousClock.Instant? = nil,
                         stillOwned: () -> Bool = { true }) async -> Delivery {
-        var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: !checkLiveLocation)
+        var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
+        guard var token = await token(for: update.vehicle, &delivery) else { return delivery }
+        guard !Task.isCancelled, stillOwned() else { return delivery }
+        if checkLiveLocation {
+            guard await checkLive(update, token: token, &delivery) else { return delivery }
+            guard !Task.isCancelled, stillOwned() else { return delivery }
+        }
         var reauthenticated = false
-        var attempt = 0
-        let giveUpAt = retryDeadline.map { (awaitingTokenSince ?? .now) + $0 }
-        var lastCause = ""
-        while !Task.isCancelled, stillOwned() {
-            if let giveUpAt, attempt > 0, ContinuousClock.now >= giveUpAt {
-                delivery.outcome = .rejected(
-                    reason: Self.retryDeadlineExceeded,
-                    detail: "Gave up after \(attempt) retries within the retry deadline; last cause: \(lastCause).")
-                return delivery
-            }
-            let token: String
-            do {
-                token = try await tokens.token(for: update.vehicle)
-                health.recordSignerSuccess()
-            } catch {
-                logLimiter.warning("signer", to: logger, "No token for \(update.vehicle): \(error)")
-                health.recordSignerFailure()
-                statistics.recordRetry(cause: "signer")
-                if let giveUpAt, awaitingTokenSince != nil, ContinuousClock.now >= giveUpAt {
-                    delivery.outcome = .rejected(reason: Self.retryDeadlineExceeded,
-                                                 detail: "Gave up within the retry deadline; last cause: signer: \(error).")
-                } else {
-                    delivery.outcome = .awaitingToken
-                }
-                return delivery
-            }
-            if !delivery.liveChecked {
-                let live = await liveLocation(of: update.vehicle, token: token)
-                if Task.isCancelled { break }
-                countLiveCheck(live, update)
-                switch live {
-                case .known(let live):
-                    delivery.liveChecked = true
-                    delivery.newestKnownMilliseconds = live
-                    if let live, live >= update.lastLocation.recordedAtMilliseconds {
-                        delivery.outcome = .stale
-                        return delivery
-                    }
-                case .refused:
-                    delivery.liveChecked = true  // the update itself will say what is wrong
-                case .unavailable(let cause, let detail):
-                    lastCause = cause
-                    health.record(.transient(cause: cause, retryAfterSeconds: nil), detail: detail)
-                    guard await backOff(attempt: &attempt, retryAfter: nil, cause: cause) else { break }
-                    continue
-                }
-            }
+        while true {
             let started = ContinuousClock.now
             let response = await client.send(update, token: token)
-            if Task.isCancelled { break }  // a revoke or shutdown ended it: says nothing about Fleet Engine
+            if Task.isCancelled { return delivery }  // shutdown ended it: says nothing about Fleet Engine
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
-            health.record(response.outcome, detail: response.message)
             observeResponse(response.outcome)
             switch response.outcome {
             case .accepted:
@@ -139,27 +115,67 @@ public struct UpdateForwarder: Sendable {
                 delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
                 return delivery
             case .unauthenticated, .permissionDenied:
-                if reauthenticated {
+                guard !reauthenticated else {
                     delivery.outcome = .rejected(reason: response.outcome.deadLetterReason, detail: Self.detail(response))
                     return delivery
                 }
                 reauthenticated = true
                 await tokens.invalidate(update.vehicle, refused: token)
                 statistics.recordRetry(cause: response.outcome.deadLetterReason)
+                guard let fresh = await self.token(for: update.vehicle, &delivery) else { return delivery }
+                guard !Task.isCancelled, stillOwned() else { return delivery }
+                token = fresh
             case .rejected(let reason):
                 delivery.outcome = .rejected(reason: reason, detail: Self.detail(response))
                 return delivery
             case .transient(let cause, let retryAfter):
-                logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying")
-                lastCause = cause
-                guard await backOff(attempt: &attempt, retryAfter: retryAfter, cause: cause) else { break }
-                // While this update waited, a newer fix may have reached Fleet Engine (the live
-                // relay, during a replay): read the live location again before the next attempt.
-                if checkLiveLocation { delivery.liveChecked = false }
+                logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying later")
+                delivery.outcome = .retry(TransientFailure(cause: cause, detail: Self.detail(response),
+                                                           retryAfterSeconds: retryAfter))
+                statistics.recordRetry(cause: cause)
+                return delivery
             }
         }
-        delivery.outcome = .abandoned
-        return delivery
+    }
+
+    /// The vehicle's token; nil when none could be had (`delivery` then says to retry).
+    private func token(for vehicle: VehicleIdentity, _ delivery: inout Delivery) async -> String? {
+        do {
+            let token = try await tokens.token(for: vehicle)
+            health.recordSignerSuccess()
+            return token
+        } catch {
+            if Task.isCancelled { return nil }
+            logLimiter.warning("signer", to: logger, "No token for \(vehicle): \(error)")
+            health.recordSignerFailure()
+            statistics.recordRetry(cause: TransientFailure.signerCause)
+            delivery.outcome = .retry(TransientFailure(cause: TransientFailure.signerCause, detail: "\(error)"))
+            return nil
+        }
+    }
+
+    /// Reads the live location; false when the attempt ends here (`delivery` says how).
+    private func checkLive(_ update: VehicleLocationUpdate, token: String, _ delivery: inout Delivery) async -> Bool {
+        let live = await liveLocation(of: update.vehicle, token: token)
+        if Task.isCancelled { return false }
+        countLiveCheck(live, update)
+        switch live {
+        case .known(let live):
+            delivery.liveChecked = true
+            delivery.newestKnownMilliseconds = live
+            if let live, live >= update.lastLocation.recordedAtMilliseconds {
+                delivery.outcome = .stale
+                return false
+            }
+            return true
+        case .refused:
+            delivery.liveChecked = true  // the update itself will say what is wrong
+            return true
+        case .unavailable(let cause, let detail):
+            statistics.recordRetry(cause: cause)
+            delivery.outcome = .retry(TransientFailure(cause: cause, detail: detail))
+            return false
+        }
     }
 
     private enum LiveLocationResult {
@@ -221,20 +237,7 @@ public struct UpdateForwarder: Sendable {
         Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", label)]).increment()
     }
 
-    /// Sleeps before the next attempt; false when the task was cancelled meanwhile.
-    private func backOff(attempt: inout Int, retryAfter: Double?, cause: String) async -> Bool {
-        let delay = retryPolicy.delay(attempt: attempt, retryAfterSeconds: retryAfter)
-        attempt += 1
-        statistics.recordRetry(cause: cause)
-        do {
-            try await Task.sleep(for: delay)
-            return true
-        } catch {
-            return false
-        }
-    }
-
     private static func detail(_ response: FleetEngineClient.Response) -> String {
-        "Fleet Engine answered \(response.status): \(response.message)"
+        response.status == 0 ? response.message : "Fleet Engine answered \(response.status): \(response.message)"
     }
 }

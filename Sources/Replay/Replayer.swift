@@ -311,8 +311,7 @@ public final class Replayer: Sendable {
         }
         let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
         let forwarder = UpdateForwarder(
-            client: sender.client, tokens: sender.tokens, retryPolicy: configuration.retryPolicy,
-            retryDeadline: configuration.retryDeadline, statistics: statistics, health: health,
+            client: sender.client, tokens: sender.tokens, statistics: statistics, health: health,
             logLimiter: LogLimiter(), logger: logger,
             observeResponse: { outcome in
                 if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
@@ -352,7 +351,9 @@ public final class Replayer: Sendable {
         let started = ContinuousClock.now
         var attempt = 0
         while !Task.isCancelled {
-            let delivery = await forwarder.deliver(update, checkLiveLocation: !configuration.force, awaitingTokenSince: started)
+            // Each attempt reads the live location again: a newer fix may have reached Fleet
+            // Engine while this one waited to retry (the live relay goes on meanwhile).
+            let delivery = await forwarder.deliver(update, checkLiveLocation: !configuration.force)
             switch delivery.outcome {
             case .accepted: return .accepted
             case .stale: return .skippedNewerLive
@@ -360,9 +361,14 @@ public final class Replayer: Sendable {
                 logger.warning("Replay of \(update.vehicle) failed: \(reason): \(detail)")
                 return .failed(reason)
             case .abandoned: return .interrupted
-            case .awaitingToken:
-                guard ContinuousClock.now - started < configuration.retryDeadline else { return .failed("signer") }
-                try? await Task.sleep(for: configuration.retryPolicy.delay(attempt: attempt))
+            case .retry(let failure):
+                guard ContinuousClock.now - started < configuration.retryDeadline else {
+                    guard failure.isFleetEngine else { return .failed(failure.cause) }
+                    logger.warning("Replay of \(update.vehicle) failed: \(UpdateForwarder.retryDeadlineExceeded) after \(attempt + 1) attempts; last cause: \(failure.cause): \(failure.detail)")
+                    return .failed(UpdateForwarder.retryDeadlineExceeded)
+                }
+                let delay = configuration.retryPolicy.delay(attempt: attempt, retryAfterSeconds: failure.retryAfterSeconds)
+                if (try? await Task.sleep(for: delay)) == nil { return .interrupted }
                 attempt += 1
             }
         }

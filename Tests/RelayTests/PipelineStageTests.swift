@@ -1,7 +1,9 @@
+import Egress
 import FleetAuth
 import FleetEngine
 import InputFormats
 import Kafka
+import NIOPosix
 import Relay
 import Synchronization
 import Testing
@@ -84,36 +86,35 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
     }
 }
 
-@Suite struct RequestCancellationTests {
-    let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+/// Vehicle tokens are signed off the event loops that carry Fleet Engine's connections, though
+/// the workers asking for them run on those loops.
+@Suite struct TokenMintingTests {
+    /// Notes whether each signature ran on an event loop.
+    final class LoopWatchingSigner: VehicleTokenSigner, Sendable {
+        let name = "loop-watching"
+        private let signer: LocalKeySigner
+        let signedOnAnEventLoop = Mutex<[Bool]>([])
 
-    func request() throws -> CoalescedRequest {
-        try #require(Coalescer.coalesce(vehicle: vehicle, fixes: [pendingFix("v", at: 1)],
-                                        newestAcceptedMilliseconds: nil, pastLimit: 100).request)
+        init(key: ServiceAccountKey) {
+            signer = LocalKeySigner(key: key)
+        }
+
+        func mint(for vehicle: VehicleIdentity) async throws -> VehicleToken {
+            signedOnAnEventLoop.withLock { $0.append(MultiThreadedEventLoopGroup.currentEventLoop != nil) }
+            return try await signer.mint(for: vehicle)
+        }
     }
 
-    @Test func cancellingARequestAWorkerIsOnWakesItsWatcher() async throws {
-        let cancellation = try request().cancellation
-        let watch = WorkerWatch()
-        #expect(cancellation.begin(on: watch))
-        cancellation.cancel()
-        #expect(watch.hasFired, "the worker's loop must take no further request from now on")
-        await watch.wait()
-        #expect(cancellation.isCancelled)
-    }
-
-    @Test func aRequestCancelledBeforeItStartsIsNeverBegun() throws {
-        let cancellation = try request().cancellation
-        cancellation.cancel()
-        #expect(!cancellation.begin(on: WorkerWatch()), "the worker must not send it")
-    }
-
-    /// Once the worker ended the request it may be on another one: a late cancellation must not reach it.
-    @Test func aRequestThatEndedIsUntouchedByALateCancellation() throws {
-        let cancellation = try request().cancellation
-        #expect(cancellation.begin(on: WorkerWatch()))
-        cancellation.end()
-        cancellation.cancel()
-        #expect(!cancellation.isCancelled)
+    @Test func aWorkerOnAnEventLoopHasItsTokenSignedOffTheLoop() async throws {
+        let signer = LoopWatchingSigner(key: RelayHarness.sharedKey)
+        let cache = TokenCache(signer: signer)
+        let loop = try #require(EventLoopTaskExecutor.singletonLoops.first)
+        let onLoop = try await withTaskExecutorPreference(loop) {
+            let onLoop = MultiThreadedEventLoopGroup.currentEventLoop != nil
+            for index in 0..<3 { _ = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "v\(index)")) }
+            return onLoop
+        }
+        #expect(onLoop, "the worker itself runs on the event loop")
+        #expect(signer.signedOnAnEventLoop.withLock { $0 } == [false, false, false])
     }
 }

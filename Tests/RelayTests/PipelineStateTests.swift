@@ -20,8 +20,94 @@ import Testing
         #expect(core.state.offsetsToCommit().isEmpty, "a slow record must not be skipped")
         core.complete(requests[0], .accepted)
         #expect(core.state.offsetsToCommit() == [core.offset(0, 13)])
-        core.state.committed(core.state.offsetsToCommit())
+        core.observe(core.state.deadlineReached(now: core.now))
+        let order = try #require(core.commits.last)
+        #expect(order.offsets == [core.offset(0, 13)])
+        core.observe(core.state.commitAnswered(order, failure: nil, now: core.now))
         #expect(core.state.offsetsToCommit().isEmpty)
+    }
+
+    // MARK: Commits
+
+    /// Commits are deadlines of the state machine: the first finished record is committed at
+    /// once, later ones at most once per interval, and never two commits at a time.
+    @Test func commitsAreOrderedOneAtATimeAtMostOncePerInterval() throws {
+        let core = Core(limits: .init(commitInterval: .seconds(1)))
+        #expect(core.state.nextDeadline == core.start + .seconds(150), "nothing to commit: only the idle sweep")
+        core.consume([core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 1)])
+        core.complete(try #require(core.request()), .accepted)
+        #expect(core.state.nextDeadline == core.now, "a first commit is due at once")
+        core.observe(core.state.deadlineReached(now: core.now))
+        let first = try #require(core.commits.last)
+        #expect(first.offsets == [core.offset(0, 1)])
+        core.complete(try #require(core.request()), .accepted)
+        core.now = core.start + .seconds(2)
+        core.observe(core.state.deadlineReached(now: core.now))
+        #expect(core.commits.count == 1, "no second commit while the first awaits its answer")
+        #expect(core.state.timerWillSleep() == core.start + PipelineLimits.commitAnswerLimit,
+                "the timer sleeps until the answer is due, not in a loop on the overdue commit")
+        let answered = core.state.commitAnswered(first, failure: nil, now: core.now)
+        core.observe(answered)
+        #expect(answered.wakeTimer, "the overdue commit wakes the timer once the answer came")
+        #expect(core.state.lastCommittedOffsets == [core.partition(0): 1])
+        #expect(core.state.nextDeadline <= core.now, "what finished meanwhile is due: the interval has passed")
+        core.observe(core.state.deadlineReached(now: core.now))
+        #expect(core.commits.last?.offsets == [core.offset(0, 2)])
+    }
+
+    @Test func aCommitRefusedOrUnansweredIsOrderedAgain() throws {
+        let core = Core(limits: .init(commitInterval: .seconds(1)))
+        core.consume([core.fix("a", at: 1, offset: 0)])
+        core.complete(try #require(core.request()), .accepted)
+        core.observe(core.state.deadlineReached(now: core.now))
+        let refused = try #require(core.commits.last)
+        core.observe(core.state.commitAnswered(refused, failure: "REBALANCE_IN_PROGRESS", now: core.now))
+        #expect(core.commitFailures == ["REBALANCE_IN_PROGRESS"])
+        #expect(core.state.nextDeadline == core.start + .seconds(1), "again one interval after the last order")
+        core.now = core.start + .seconds(1)
+        core.observe(core.state.deadlineReached(now: core.now))
+        let unanswered = try #require(core.commits.last)
+        #expect(unanswered.id != refused.id && unanswered.offsets == refused.offsets)
+        core.now += PipelineLimits.commitAnswerLimit
+        core.observe(core.state.deadlineReached(now: core.now))
+        #expect(core.commitFailures.count == 2, "no answer within the limit counts as failed")
+        #expect(core.commits.count == 3 && core.commits.last?.offsets == refused.offsets, "and it is ordered again")
+        core.observe(core.state.commitAnswered(unanswered, failure: nil, now: core.now))
+        #expect(core.state.lastCommittedOffsets == [core.partition(0): 1], "a late answer still tells a kept partition's position")
+    }
+
+    /// A commit's answer arrives after its partition was revoked, or revoked and assigned to
+    /// this member again: it says nothing about the partition as it is now owned.
+    @Test func aCommitAnswerForARevokedOrReassignedPartitionChangesNothing() throws {
+        let core = Core(partitions: [0, 1])
+        core.consume([core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 0, partition: 1)])
+        core.complete(try #require(core.request()), .accepted)
+        core.complete(try #require(core.request()), .accepted)
+        core.observe(core.state.deadlineReached(now: core.now))
+        let order = try #require(core.commits.last)
+        #expect(order.offsets == [core.offset(0, 1), core.offset(1, 1)])
+        core.state.beginRevoke([core.partition(0), core.partition(1)])
+        _ = core.state.finishRevoke([core.partition(0), core.partition(1)])
+        core.observe(core.state.assign([core.partition(1)], generation: 2))
+        core.consume([core.fix("c", at: 1, offset: 5, partition: 1, generation: 2)])
+        core.observe(core.state.commitAnswered(order, failure: nil, now: core.now))
+        #expect(core.state.lastCommittedOffsets.isEmpty, "partition 0 is gone; partition 1 is owned under a new generation")
+        #expect(core.state.uncommittedRecords == 1)
+        core.complete(try #require(core.request()), .accepted)
+        #expect(core.state.offsetsToCommit() == [core.offset(1, 6)])
+    }
+
+    /// A partition being revoked is committed by its revoke, not by a periodic commit racing it.
+    @Test func aPartitionBeingRevokedIsLeftToItsRevokesCommit() throws {
+        let core = Core(partitions: [0, 1])
+        core.consume([core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 0, partition: 1)])
+        let onRevoked = try #require(core.request())
+        core.complete(try #require(core.request()), .accepted)
+        core.state.beginRevoke([core.partition(0)])
+        core.complete(onRevoked, .accepted)
+        core.observe(core.state.deadlineReached(now: core.now))
+        #expect(core.commits.last?.offsets == [core.offset(1, 1)])
+        #expect(core.state.finishRevoke([core.partition(0)]).offsets == [core.offset(0, 1)])
     }
 
     @Test func aRejectedRequestHoldsTheCommitUntilItsDeadLetterIsWritten() throws {
@@ -32,7 +118,7 @@ import Testing
         #expect(core.deadLetters.map(\.source.offset).sorted() == [0, 1])
         #expect(core.state.offsetsToCommit().isEmpty)
         #expect(core.state.workUnderWay(in: [core.partition(0)]) == 2, "a revoke waits for dead letters under way")
-        for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source)) }
+        for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source, now: core.now)) }
         #expect(core.state.offsetsToCommit() == [core.offset(0, 2)])
         #expect(core.state.workUnderWay(in: [core.partition(0)]) == 0)
     }
@@ -44,7 +130,7 @@ import Testing
         #expect(core.deadLetters.map(\.reason) == ["not_json"])
         core.complete(try #require(core.request()), .accepted)
         #expect(core.state.offsetsToCommit().isEmpty)
-        core.observe(core.state.deadLetterWritten(bad))
+        core.observe(core.state.deadLetterWritten(bad, now: core.now))
         #expect(core.state.offsetsToCommit() == [core.offset(0, 2)])
     }
 
@@ -109,16 +195,16 @@ import Testing
         #expect(try #require(core.request()).liveCheckEpoch == 2)
     }
 
-    @Test func aRevokeStopsNewWorkOnItsPartitionsAndCancelsAndWaitsForWorkUnderWay() throws {
+    /// A revoke cancels nothing: a cancelled update may still be applied by Fleet Engine after
+    /// the next owner's newer fix. It waits until the request under way was answered.
+    @Test func aRevokeStopsNewWorkOnItsPartitionsAndWaitsForTheAnswersUnderWay() throws {
         let core = Core(partitions: [0, 1])
         core.consume([core.fix("v", at: 1, offset: 0), core.fix("w", at: 1, offset: 0, partition: 1)])
         let onRevoked = try #require(core.request())
         let onKept = try #require(core.request())
         core.consume([core.fix("v", at: 2, offset: 1)])
-        let revoking = core.state.beginRevoke([core.partition(0)])
-        #expect(revoking.cancel.map(\.vehicle.id) == ["v"], "only the revoked partition's request is cancelled")
-        #expect(revoking.cancel.first === onRevoked.cancellation)
-        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1, "cancelled, yet under way until it ended")
+        core.state.beginRevoke([core.partition(0)])
+        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1, "under way until it is answered")
         core.consume([core.fix("v", at: 3, offset: 2)])
         let finished = core.complete(onRevoked, .accepted)
         #expect(finished.workFinished)
@@ -130,15 +216,20 @@ import Testing
         #expect(core.state.assignedPartitions == [core.partition(1)])
     }
 
-    /// Abandoning a request that also settles a kept partition's record would leave that record
-    /// unfinished for good: such a request is waited for, not cancelled.
-    @Test func aRevokeDoesNotCancelARequestThatAlsoSettlesAKeptPartition() throws {
+    /// A request on a revoked partition that fails transiently is not tried again by this
+    /// member: its fixes stay unfinished for the next owner, and the vehicle counts as failing no more.
+    @Test func aRequestFailingDuringItsPartitionsRevokeIsLeftForTheNextOwner() throws {
         let core = Core(partitions: [0, 1])
-        core.consume([core.fix("v", at: 1, offset: 0), core.fix("v", at: 2, offset: 0, partition: 1)])
-        let spanning = try #require(core.request())
-        #expect(spanning.partitions.count == 2)
-        #expect(core.state.beginRevoke([core.partition(0)]).cancel.isEmpty)
-        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 1, "the revoke waits for it instead")
+        core.consume([core.fix("v", at: 1, offset: 0), core.fix("w", at: 1, offset: 0, partition: 1)])
+        let onRevoked = try #require(core.request())
+        core.state.beginRevoke([core.partition(0)])
+        core.retry(onRevoked, after: .seconds(1))
+        #expect(core.state.workUnderWay(in: [core.partition(0)]) == 0)
+        #expect(core.state.vehiclesFailing == 0)
+        core.observe(core.state.deadlineReached(now: core.start + .seconds(2)))
+        #expect(try #require(core.request()).update.vehicle.id == "w", "v is not tried again")
+        let (offsets, _) = core.state.finishRevoke([core.partition(0)])
+        #expect(offsets.isEmpty, "the failed record stays uncommitted for the next owner")
     }
 
     @Test func recordsFetchedUnderAnEarlierAssignmentAreSkipped() throws {
@@ -196,7 +287,7 @@ import Testing
             if time <= sentTimes[request.update.vehicle.id] ?? .min { backwards += 1 }
             switch random.next() % 10 {
             case 0:
-                core.observe(core.state.retryLater(request, after: .milliseconds(5), now: core.now))
+                core.retry(request, after: .milliseconds(5), cause: random.next() % 2 == 0 ? "signer" : "http_503")
                 continue
             case 1:
                 core.complete(request, .rejected(reason: "invalid_argument", detail: ""))
@@ -208,11 +299,11 @@ import Testing
             }
             core.now += .milliseconds(1)
             core.observe(core.state.deadlineReached(now: core.now))
-            for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source)) }
+            for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source, now: core.now)) }
             core.deadLetters = []
         }
         var rounds = 0
-        while !inFlight.isEmpty || core.state.queuedFixes > 0, rounds < 1_000 {
+        while !inFlight.isEmpty || core.state.queuedFixes > 0 || !core.deadLetters.isEmpty, rounds < 1_000 {
             rounds += 1
             core.now += .seconds(1)
             core.observe(core.state.deadlineReached(now: core.now))
@@ -224,7 +315,7 @@ import Testing
                 settled["accepted", default: 0] += request.sources.count
             }
             inFlight = []
-            for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source)) }
+            for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source, now: core.now)) }
             core.deadLetters = []
         }
         #expect(backwards == 0)
@@ -262,7 +353,7 @@ import Testing
         let core = Core(limits: .init(maximumPendingRecords: 4), partitions: [0, 1])
         core.consume((0..<4).map { core.fix("v\($0)", at: 1, offset: Int64($0 / 2), partition: Int32($0 % 2)) })
         #expect(core.pauseWish == [core.partition(0), core.partition(1)])
-        _ = core.state.beginRevoke([core.partition(0), core.partition(1)])
+        core.state.beginRevoke([core.partition(0), core.partition(1)])
         let revoked = core.state.finishRevoke([core.partition(0), core.partition(1)])
         core.observe(revoked.actions)
         #expect(core.pauseWish.isEmpty, "a revoked partition's pause must not stay in the wish")
@@ -309,6 +400,7 @@ import Testing
         let core = Core(limits: .init(minimumInterval: .seconds(5)))
         core.consume([core.fix("v", at: 1, offset: 0)])
         core.complete(try #require(core.request()), .accepted)
+        try core.commitWhatFinished()
         #expect(core.state.timerWillSleep() == core.start + .seconds(150))
         core.now = core.start + .seconds(1)
         let deferred = core.consume([core.fix("v", at: 2, offset: 1), core.fix("v", at: 3, offset: 2)])
@@ -331,6 +423,7 @@ import Testing
         let slow = try #require(core.request())
         core.now = core.start + .seconds(3)
         core.complete(slow, .accepted)
+        try core.commitWhatFinished()
         core.now = core.start + .seconds(4)
         core.consume([core.fix("v", at: 2, offset: 1)])
         #expect(core.request() == nil)
@@ -345,16 +438,17 @@ import Testing
     @Test func aTryWithoutATokenDoesNotStartTheMinimumInterval() throws {
         let core = Core(limits: .init(minimumInterval: .seconds(5)))
         core.consume([core.fix("v", at: 1, offset: 0)])
-        core.observe(core.state.retryLater(try #require(core.request()), after: .seconds(1), now: core.start))
+        core.retry(try #require(core.request()), after: .seconds(1), cause: "signer")
         core.observe(core.state.deadlineReached(now: core.start + .seconds(1)))
         #expect(core.request() != nil, "sent after the backoff, not after an interval")
     }
 
-    @Test func aVehicleWithoutATokenWaitsOutItsBackoffWithoutHoldingAWorker() throws {
+    @Test(arguments: ["signer", "http_503", "http_429", "timeout"])
+    func aFailedVehicleWaitsOutItsBackoffWithoutHoldingAWorker(cause: String) throws {
         let core = Core()
         core.consume([core.fix("cold", at: 1, offset: 0), core.fix("cold", at: 2, offset: 1)])
         let cold = try #require(core.request())
-        core.observe(core.state.retryLater(cold, after: .seconds(2), now: core.start))
+        core.retry(cold, after: .seconds(2), cause: cause)
         #expect(core.state.requestsInFlight == 0)
         core.consume([core.fix("warm", at: 1, offset: 2), core.fix("cold", at: 3, offset: 3)])
         #expect(try #require(core.request()).update.vehicle.id == "warm")
@@ -364,8 +458,106 @@ import Testing
         let retry = try #require(core.request())
         #expect(retry.update.pastLocations.map(\.recordedAtMilliseconds) == [1, 2])
         #expect(retry.update.lastLocation.recordedAtMilliseconds == 3)
-        #expect(retry.tokenAttempts == 1)
-        #expect(retry.awaitingTokenSince == core.start)
+        #expect(retry.retryAttempts == 1)
+        #expect(retry.failingSince == core.start)
+        #expect(core.state.offsetsToCommit().isEmpty, "nothing of the failed vehicle finished")
+    }
+
+    // MARK: Faults that hold nothing
+
+    /// Twice as many vehicles as workers fail at Fleet Engine on every attempt: no worker
+    /// waits on them, so every healthy vehicle's fix still goes out at once.
+    @Test func vehiclesFleetEngineKeepsRefusingHoldNoWorker() throws {
+        let core = Core()
+        let workers = 4
+        core.consume((0..<(2 * workers)).map { core.fix("stuck\($0)", at: 1, offset: Int64($0)) })
+        for _ in 0..<(2 * workers) { core.retry(try #require(core.request()), after: .seconds(60)) }
+        #expect(core.state.requestsInFlight == 0)
+        #expect(core.state.vehiclesFailing == 2 * workers)
+        core.consume((0..<100).map { core.fix("healthy\($0)", at: 1, offset: Int64(2 * workers + $0)) })
+        var delivered: Set<String> = []
+        while let request = core.request() {
+            delivered.insert(request.update.vehicle.id)
+            core.complete(request, .accepted)
+        }
+        #expect(delivered == Set((0..<100).map { "healthy\($0)" }))
+        #expect(core.state.offsetsToCommit().isEmpty, "the stuck vehicles' records come first and hold the commit")
+    }
+
+    /// The due time follows full-jitter backoff: at most initial · 2^attempt, capped, and never
+    /// sooner than the server's `Retry-After`.
+    @Test func aFailingVehiclesDueTimeFollowsTheBackoffAndRetryAfter() throws {
+        let policy = RetryPolicy(initialDelay: .milliseconds(100), maximumDelay: .milliseconds(500))
+        let core = Core(limits: .init(retryPolicy: policy))
+        core.consume([core.fix("v", at: 1, offset: 0)])
+        var dues: [Duration] = []
+        for _ in 0..<5 {
+            let request = try #require(core.request())
+            let failure = TransientFailure(cause: "http_503", detail: "")
+            core.observe(core.state.complete(request, Delivery(outcome: .retry(failure)), now: core.now,
+                                             random: { $0.upperBound }))
+            dues.append(core.state.nextDeadline - core.now)
+            core.now = core.state.nextDeadline
+            core.observe(core.state.deadlineReached(now: core.now))
+        }
+        #expect(dues == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(500), .milliseconds(500)])
+        let request = try #require(core.request())
+        let throttled = TransientFailure(cause: "http_429", detail: "", retryAfterSeconds: 3)
+        core.observe(core.state.complete(request, Delivery(outcome: .retry(throttled)), now: core.now,
+                                         random: { $0.lowerBound }))
+        #expect(core.state.nextDeadline - core.now == .seconds(3))
+    }
+
+    /// Past `--retry-deadline`, counted from the vehicle's first failure, its records are
+    /// dead-lettered with the last cause, and the partition commits once they are written.
+    @Test func aVehicleFailingPastTheRetryDeadlineIsDeadLettered() throws {
+        let core = Core(limits: .init(retryDeadline: .seconds(10)))
+        core.consume([core.fix("v", at: 1, offset: 0)])
+        core.retry(try #require(core.request()), after: .seconds(6))
+        core.now = core.start + .seconds(6)
+        core.observe(core.state.deadlineReached(now: core.now))
+        core.consume([core.fix("v", at: 2, offset: 1)])
+        core.retry(try #require(core.request()), after: .seconds(6))
+        #expect(core.deadLetters.isEmpty, "6 s of the 10 s deadline")
+        core.now = core.start + .seconds(12)
+        core.observe(core.state.deadlineReached(now: core.now))
+        core.retry(try #require(core.request()), after: .seconds(6), cause: "timeout")
+        #expect(core.deadLetters.map(\.reason) == ["retry_deadline_exceeded", "retry_deadline_exceeded"])
+        #expect(core.deadLetters.first?.detail.contains("3 attempts in 12 s; last cause: timeout") == true)
+        #expect(core.state.vehiclesFailing == 0)
+        for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source, now: core.now)) }
+        #expect(core.state.offsetsToCommit() == [core.offset(0, 2)])
+    }
+
+    /// An outage is Fleet Engine failing for most vehicles held, not for a few: it begins once,
+    /// when more than half wait to retry, and ends once, when at most a third do.
+    @Test func anOutageIsMostVehiclesFailingAndIsReportedOnceEachWay() throws {
+        let core = Core()
+        core.consume((0..<6).map { core.fix("v\($0)", at: 1, offset: Int64($0)) })
+        var requests = try (0..<6).map { _ in try #require(core.request()) }
+        core.retry(requests.removeFirst(), after: .seconds(1))
+        core.retry(requests.removeFirst(), after: .seconds(1))
+        core.retry(requests.removeFirst(), after: .seconds(1))
+        #expect(core.outages.isEmpty, "3 of 6 vehicles is not most of them")
+        core.retry(requests.removeFirst(), after: .seconds(1), cause: "signer")
+        #expect(core.outages.isEmpty, "a signer failure is not Fleet Engine's")
+        core.retry(requests.removeFirst(), after: .seconds(1))
+        guard case .began(4, 6, let failure)? = core.outages.last else {
+            Issue.record("no outage began: \(core.outages)")
+            return
+        }
+        #expect(failure.cause == "http_503")
+        core.retry(requests.removeFirst(), after: .seconds(1))
+        #expect(core.outages.count == 1, "reported once")
+        core.now = core.start + .seconds(1)
+        core.observe(core.state.deadlineReached(now: core.now))
+        var answered = 0
+        while let request = core.request() {
+            core.complete(request, .accepted)
+            answered += 1
+            #expect(core.outages.count == (answered < 3 ? 1 : 2), "ends when 2 of 6 fail (\(answered) answered)")
+        }
+        #expect(core.outages.last == .ended(lasted: .seconds(1)))
     }
 
     // MARK: Shutdown
@@ -399,6 +591,9 @@ private final class Core {
     var badWritten = 0
     var pauseWish: Set<TopicPartition> = []
     var stale = 0
+    var outages: [FleetEngineOutageChange] = []
+    var commits: [CommitOrder] = []
+    var commitFailures: [String] = []
 
     init(limits: PipelineState<Int>.Limits = .init(), partitions: [Int32] = [0]) {
         now = start
@@ -430,6 +625,9 @@ private final class Core {
         badWritten += actions.deadLetters.filter { $0.reason == "not_json" }.count
         if let change = actions.pause { pauseWish = change.wish }
         stale += actions.staleFixes
+        if let outage = actions.outage { outages.append(outage) }
+        if let order = actions.commit { commits.append(order) }
+        if let failure = actions.commitFailure { commitFailures.append(failure) }
     }
 
     @discardableResult
@@ -455,6 +653,23 @@ private final class Core {
     func takeResumed() -> [CoalescedRequest] {
         defer { resumed = resumed.filter { $0.value == nil } }
         return resumed.values.compactMap { $0 }
+    }
+
+    /// The commit due now is ordered and answered: committed.
+    func commitWhatFinished() throws {
+        observe(state.deadlineReached(now: now))
+        let order = try #require(commits.last)
+        observe(state.commitAnswered(order, failure: nil, now: now))
+    }
+
+    /// The attempt failed transiently; the backoff comes out as exactly `delay` (as the
+    /// server's `Retry-After`, with no jitter above it).
+    @discardableResult
+    func retry(_ request: CoalescedRequest, after delay: Duration, cause: String = "http_503") -> PipelineActions<Int> {
+        let failure = TransientFailure(cause: cause, detail: "", retryAfterSeconds: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
+        let actions = state.complete(request, Delivery(outcome: .retry(failure)), now: now, random: { $0.lowerBound })
+        observe(actions)
+        return actions
     }
 
     @discardableResult

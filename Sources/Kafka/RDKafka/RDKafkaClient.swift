@@ -1,5 +1,4 @@
 import CRdKafka
-import Dispatch
 import Logging
 import Synchronization
 
@@ -10,7 +9,7 @@ import Synchronization
 ///
 /// Threading: librdkafka handles are thread-safe. Methods marked blocking wait for a
 /// broker; callers run them on their own thread (a poll loop) or through `BlockingCallQueue`,
-/// never on a Swift concurrency thread. `commit` is asynchronous: its answer is served by
+/// never on a Swift concurrency thread. `enqueueCommit` does not wait: its answer is served by
 /// the consumer's poll loop.
 final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; `context` is immutable
     enum Kind {
@@ -28,6 +27,7 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         context.attach(to: conf)
         if context is RDKafkaRebalanceHandling { rd_kafka_conf_set_rebalance_cb(conf, RDKafkaClient.rebalanceCallback) }
         if context is RDKafkaDeliveryHandling { rd_kafka_conf_set_dr_msg_cb(conf, RDKafkaClient.deliveryCallback) }
+        if context is RDKafkaStatisticsHandling { rd_kafka_conf_set_stats_cb(conf, RDKafkaClient.statisticsCallback) }
         self.handle = try RDKafkaConfig.makeClient(type: kind == .consumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER, conf: conf)
         self.context = context
         if kind == .consumer { rd_kafka_poll_set_consumer(handle) }
@@ -114,30 +114,20 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         rd_kafka_consumer_close(handle)
     }
 
-    /// Commits the offsets without blocking any thread: the broker's answer arrives on the
-    /// consumer's queue, which the poll loop serves, and resumes the caller. Without an answer
-    /// within `timeout` the commit counts as failed (the caller commits again later): a commit
-    /// whose answer librdkafka drops, e.g. across a rebalance, must not stall every later one.
-    func commit(_ offsets: [TopicPartitionOffset], timeout: Duration) async throws(KafkaError) {
-        guard !offsets.isEmpty else { return }
-        let result: Result<Void, KafkaError> = await withCheckedContinuation { continuation in
-            let completion = CommitCompletion(offsets: offsets, continuation: continuation)
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.inSeconds) {
-                completion.complete(RD_KAFKA_RESP_ERR__TIMED_OUT, failure: nil)
-            }
-            let opaque = Unmanaged.passRetained(completion).toOpaque()
-            let list = RDKafkaTopicPartitionList.make(offsets)
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            let queue = rd_kafka_queue_get_consumer(handle)
-            defer { if let queue { rd_kafka_queue_destroy(queue) } }
-            let error = rd_kafka_commit_queue(handle, list, queue, RDKafkaClient.commitCallback, opaque)
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                // Refused before it was queued (no group): the callback never runs.
-                Unmanaged<CommitCompletion>.fromOpaque(opaque).release()
-                completion.complete(error, failure: nil)
-            }
-        }
-        try result.get()
+    /// Queues a commit of the offsets and returns at once; librdkafka sends it with the group
+    /// generation of the moment it takes it from its queue. `answer` runs on the poll thread with
+    /// the broker's answer (nil: committed). Returns the refusal when librdkafka would not queue
+    /// it (no group): `answer` is then never called.
+    func enqueueCommit(_ offsets: [TopicPartitionOffset], answer: @escaping CommitAnswers.Answer) -> KafkaError? {
+        let id = context.commitAnswers.register(offsets, answer)
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let queue = rd_kafka_queue_get_consumer(handle)
+        defer { if let queue { rd_kafka_queue_destroy(queue) } }
+        let error = rd_kafka_commit_queue(handle, list, queue, RDKafkaClient.commitCallback, UnsafeMutableRawPointer(bitPattern: id))
+        guard error != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        _ = context.commitAnswers.take(id)
+        return KafkaError(.commit, "commit of \(offsets) refused: \(RDKafkaConfig.errorName(error))", code: error.rawValue)
     }
 
     // MARK: Queries (blocking)
@@ -373,12 +363,27 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         owner?.delivered(opaque, result: message.pointee.err.rawValue)
     }
 
+    /// Runs on the poll thread every `statistics.interval.ms`; returning 0 lets librdkafka free the text.
+    private static let statisticsCallback: @convention(c) (
+        OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?
+    ) -> Int32 = { handle, json, length, _ in
+        guard let handle, let json, let owner = RDKafkaClientContext.from(handle) as? RDKafkaStatisticsHandling else { return 0 }
+        owner.statistics(UnsafeRawBufferPointer(start: json, count: length).bindMemory(to: UInt8.self))
+        return 0
+    }
+
     private static let commitCallback: @convention(c) (
         OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
-    ) -> Void = { _, error, list, opaque in
-        guard let opaque else { return }
-        let completion = Unmanaged<CommitCompletion>.fromOpaque(opaque).takeRetainedValue()
-        completion.complete(error, failure: list.flatMap { RDKafkaTopicPartitionList.firstError($0) })
+    ) -> Void = { handle, error, list, opaque in
+        guard let handle, let context = RDKafkaClientContext.from(handle),
+              let (offsets, answer) = context.commitAnswers.take(UInt(bitPattern: opaque)) else { return }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            answer(KafkaError(.commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(error))", code: error.rawValue))
+        } else if let failure = list.flatMap({ RDKafkaTopicPartitionList.firstError($0) }) {
+            answer(KafkaError(.commit, "commit failed for \(failure)"))
+        } else {
+            answer(nil)
+        }
     }
 }
 
@@ -398,33 +403,50 @@ protocol RDKafkaRebalanceHandling: RDKafkaClientContext {
     func committedBeforeRevoke(_ offsets: [TopicPartitionOffset], failure: String?)
 }
 
+/// A client context that hears librdkafka's statistics (`statistics.interval.ms`).
+protocol RDKafkaStatisticsHandling: RDKafkaClientContext {
+    /// The statistics JSON; valid only during the call.
+    func statistics(_ json: UnsafeBufferPointer<UInt8>)
+}
+
 /// A producer context that hears each produced record's delivery report.
 protocol RDKafkaDeliveryHandling: RDKafkaClientContext {
     /// `opaque` is what `produce` was given; `result` 0 means delivered.
     func delivered(_ opaque: UnsafeMutableRawPointer, result: Int32)
 }
 
-/// One asynchronous commit waiting for the broker's answer.
-private final class CommitCompletion: Sendable {
-    let offsets: [TopicPartitionOffset]
-    private let continuation: Mutex<CheckedContinuation<Result<Void, KafkaError>, Never>?>
+/// Answers of commits under way, by the number librdkafka hands back to the commit callback:
+/// nothing is retained through a raw pointer, so an answer that never comes (librdkafka drops a
+/// commit's callback across some rebalances) leaves only its entry, which the owner's deadline
+/// has already given up on and `close` drops.
+final class CommitAnswers: Sendable {
+    typealias Answer = @Sendable (KafkaError?) -> Void
 
-    init(offsets: [TopicPartitionOffset], continuation: CheckedContinuation<Result<Void, KafkaError>, Never>) {
-        self.offsets = offsets
-        self.continuation = Mutex(continuation)
+    private struct Waiting {
+        var next: UInt = 1
+        var answers: [UInt: (offsets: [TopicPartitionOffset], answer: Answer)] = [:]
     }
 
-    func complete(_ error: rd_kafka_resp_err_t, failure: String?) {
-        guard let continuation = continuation.withLock({ $0.take() }) else { return }
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-            continuation.resume(returning: .failure(KafkaError(
-                .commit, "commit of \(offsets) failed: \(RDKafkaConfig.errorName(error))", code: error.rawValue)))
-        } else if let failure {
-            continuation.resume(returning: .failure(KafkaError(.commit, "commit failed for \(failure)")))
-        } else {
-            continuation.resume(returning: .success(()))
+    private let waiting = Mutex(Waiting())
+
+    func register(_ offsets: [TopicPartitionOffset], _ answer: @escaping Answer) -> UInt {
+        waiting.withLock { waiting in
+            defer { waiting.next += 1 }
+            waiting.answers[waiting.next] = (offsets, answer)
+            return waiting.next
         }
     }
+
+    func take(_ id: UInt) -> (offsets: [TopicPartitionOffset], answer: Answer)? {
+        waiting.withLock { $0.answers.removeValue(forKey: id) }
+    }
+
+    /// Forgets every answer still awaited (the consumer closed: none will come).
+    func dropAll() {
+        waiting.withLock { $0.answers = [:] }
+    }
+
+    var count: Int { waiting.withLock { $0.answers.count } }
 }
 
 extension Duration {

@@ -32,15 +32,37 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         lock.unlock()
     }
 
-    /// Runs one event under the lock and carries out its mechanical actions after it.
+    /// Hands a commit order to Kafka; returns why when Kafka refused it at once.
+    typealias CommitIssuer = @Sendable (CommitOrder) -> String?
+    private var issueCommit: CommitIssuer?
+
+    /// From now on, commit orders go to Kafka through `issuer`, which must not block and must
+    /// not call back into the pipeline before it returned.
+    func issueCommits(through issuer: CommitIssuer?) {
+        lock.lock()
+        issueCommit = issuer
+        lock.unlock()
+    }
+
+    /// Runs one event under the lock and carries out its mechanical actions after it. A commit
+    /// order is handed to Kafka under the lock: a revoke takes the lock before its partitions
+    /// go, so it cannot slip between the order (made for partitions still owned) and the
+    /// commit entering librdkafka's queue, where it goes out with the group generation of that
+    /// moment. Committed later, it could rewind the next owner's offset.
     @discardableResult
     func handle(_ event: (inout PipelineState<Worker>) -> Actions) -> Actions {
         lock.lock()
-        let actions = event(&state)
+        var actions = event(&state)
+        if let order = actions.commit, let issueCommit {
+            if let refusal = issueCommit(order) {
+                let answered = state.commitAnswered(order, failure: refusal, now: .now)
+                actions.commitFailure = answered.commitFailure
+                actions.wakeTimer = actions.wakeTimer || answered.wakeTimer
+            }
+        }
         lock.unlock()
         if actions.workFinished { lock.broadcast() }
         if actions.wakeTimer { alarm.ring() }
-        for request in actions.cancel { request.cancel() }
         for (worker, request) in actions.resume { worker.resume(returning: request) }
         return actions
     }

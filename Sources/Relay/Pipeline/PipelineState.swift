@@ -33,6 +33,16 @@ public struct DeadLetterOrder: Sendable {
     }
 }
 
+/// Offsets to commit, ordered by the state machine at its commit deadline; the broker's answer
+/// goes back through `PipelineState.commitAnswered`. Each offset carries the assignment
+/// generation of its partition when ordered: an answer applies only to a partition still
+/// assigned under that generation.
+public struct CommitOrder: Sendable, Equatable {
+    public let id: UInt64
+    public let offsets: [TopicPartitionOffset]
+    let generations: [TopicPartition: UInt64]
+}
+
 /// A change of the partitions whose fetching is to be paused.
 public struct PauseChange: Sendable, Equatable {
     /// Every partition to keep paused now.
@@ -47,20 +57,43 @@ public struct PauseChange: Sendable, Equatable {
 public struct PipelineLimits: Sendable {
     public static let defaultVehicleIdleLimit = Duration.seconds(300)
     public static let defaultMaximumPendingRecords = 50_000
+    public static let defaultCommitInterval = Duration.seconds(1)
+    /// A commit without an answer this long after it was ordered counts as failed.
+    public static let commitAnswerLimit = Duration.seconds(10)
 
     public var pastLocations: Int
     public var minimumInterval: Duration
     public var vehicleIdleLimit: Duration
     public var maximumPendingRecords: Int
+    /// The backoff of a vehicle whose attempt failed transiently.
+    public var retryPolicy: RetryPolicy
+    /// How long a vehicle's attempts may keep failing before its records are dead-lettered;
+    /// nil: for as long as the process runs.
+    public var retryDeadline: Duration?
+    /// Time between commits: finished offsets are committed at most this often.
+    public var commitInterval: Duration
 
     public init(pastLocations: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
                 vehicleIdleLimit: Duration = defaultVehicleIdleLimit,
-                maximumPendingRecords: Int = defaultMaximumPendingRecords) {
+                maximumPendingRecords: Int = defaultMaximumPendingRecords,
+                retryPolicy: RetryPolicy = RetryPolicy(), retryDeadline: Duration? = nil,
+                commitInterval: Duration = defaultCommitInterval) {
+        self.commitInterval = commitInterval
         self.pastLocations = pastLocations
         self.minimumInterval = minimumInterval
         self.vehicleIdleLimit = vehicleIdleLimit
         self.maximumPendingRecords = maximumPendingRecords
+        self.retryPolicy = retryPolicy
+        self.retryDeadline = retryDeadline
     }
+}
+
+/// Fleet Engine failing for most of the vehicles the relay holds (an outage), rather than
+/// refusing a few of them: it begins when more than half of them are waiting to retry after a
+/// Fleet Engine failure, and ends once at most a third are.
+public enum FleetEngineOutageChange: Sendable, Equatable {
+    case began(failingVehicles: Int, vehicles: Int, failure: TransientFailure)
+    case ended(lasted: Duration)
 }
 
 /// What the owner of the state must do after an event, outside the lock.
@@ -79,9 +112,16 @@ public struct PipelineActions<Waiter> {
     public var skippedRecords = 0
     /// Records taken in, per partition.
     public var registered: [TopicPartition: Int] = [:]
-    /// Requests under way on partitions being revoked: cancel them, so the revoke need not
-    /// wait for a slow Fleet Engine and none of them lands after the next owner's.
-    public var cancel: [RequestCancellation] = []
+    /// Fleet Engine's failures began or stopped holding back most vehicles.
+    public var outage: FleetEngineOutageChange?
+    /// Vehicles waiting to retry after a Fleet Engine failure, when the count changed.
+    public var vehiclesFailing: Int?
+    /// Offsets to commit now (the commit interval came round and something finished).
+    public var commit: CommitOrder?
+    /// A commit succeeded.
+    public var committed = false
+    /// Why a commit failed (refused, or no answer in time); it is ordered again.
+    public var commitFailure: String?
     fileprivate var pausing: [TopicPartition] = []
     fileprivate var resuming: [TopicPartition] = []
 }
@@ -128,12 +168,23 @@ public struct PipelineState<Waiter> {
     private var epoch: UInt64 = 0
     private var intakeClosed = false
     public private(set) var requestsInFlight = 0
+    /// Vehicles waiting to retry after a Fleet Engine failure (not a signer failure).
+    public private(set) var vehiclesFailing = 0
+    /// Since when Fleet Engine fails for most vehicles, while it does.
+    private var outageSince: ContinuousClock.Instant?
+    /// When finished offsets are next committed; nil while nothing waits to be committed.
+    private var commitDue: ContinuousClock.Instant?
+    /// The commit ordered last, while its answer is awaited, and when it counts as failed.
+    private var commitUnderWay: (order: CommitOrder, answerBy: ContinuousClock.Instant)?
+    private var lastCommitOrderedAt: ContinuousClock.Instant?
+    private var commitOrders: UInt64 = 0
     private var nextSweep: ContinuousClock.Instant
     /// What the timer sleeps until, while it sleeps.
     private var timerDeadline: ContinuousClock.Instant
     private var timerSleeping = false
     /// The pause wish last handed out in the actions.
     private var announcedPauseWish: Set<TopicPartition> = []
+    private var announcedVehiclesFailing = 0
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
@@ -151,26 +202,13 @@ public struct PipelineState<Waiter> {
         return finished(actions, assignmentChanged: true)
     }
 
-    /// Stops new work on the partitions and orders the requests under way only on them cancelled;
-    /// dead letters under way may still finish, and what finished is committed.
-    public mutating func beginRevoke(_ revoking: [TopicPartition]) -> Actions {
-        var actions = Actions()
-        var sites: Set<PartitionGeneration> = []
-        for partition in revoking {
-            guard let progress = partitions[partition] else { continue }
+    /// Stops new work on the partitions. Requests and dead letters under way are not
+    /// cancelled but waited for (`workUnderWay`): a cancelled request may still be applied by
+    /// Fleet Engine, later than the next owner's newer fix. What finished is then committed.
+    public mutating func beginRevoke(_ revoking: [TopicPartition]) {
+        for partition in revoking where partitions[partition] != nil {
             partitions[partition]!.revoking = true
-            if progress.workUnderWay > 0 { sites.insert(PartitionGeneration(partition, progress.generation)) }
         }
-        guard !sites.isEmpty else { return actions }
-        // A request that also settles records of a partition kept (rare: events are keyed by
-        // vehicle) is not cancelled: abandoning it would leave those records unfinished.
-        for lane in lanes.values {
-            if let request = lane.inFlight, request.partitions.contains(where: sites.contains),
-               request.partitions.allSatisfy({ partitions[$0.topicPartition]?.revoking ?? true }) {
-                actions.cancel.append(request)
-            }
-        }
-        return actions
     }
 
     public func workUnderWay(in partitions: [TopicPartition]) -> Int {
@@ -214,7 +252,7 @@ public struct PipelineState<Waiter> {
             case .bad(let source, let reason, let detail):
                 orderDeadLetter(source, reason: reason, detail: detail, &actions)
             case .skipped(let source):
-                finish(source, &actions)
+                finish(source, now: now, &actions)
                 actions.skippedRecords += 1
             }
         }
@@ -224,9 +262,9 @@ public struct PipelineState<Waiter> {
     }
 
     /// A dead letter was acknowledged: its record is finished.
-    public mutating func deadLetterWritten(_ source: RecordSource) -> Actions {
+    public mutating func deadLetterWritten(_ source: RecordSource, now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
-        finish(source, &actions)
+        finish(source, now: now, &actions)
         endWork(on: [PartitionGeneration(source.topicPartition, source.generation)], &actions)
         return finished(actions)
     }
@@ -241,28 +279,38 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
-    /// A request ended (not `awaitingToken`: see `retryLater`). Accepted and stale requests
-    /// finish their records; rejected ones order them dead-lettered; abandoned ones leave
-    /// them unfinished for whoever owns their partition next.
-    public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery,
-                                  now: ContinuousClock.Instant) -> Actions {
+    /// An attempt ended. Accepted and stale requests finish their records; rejected ones
+    /// order them dead-lettered; abandoned ones leave them unfinished for whoever owns their
+    /// partition next. A transient failure puts the fixes back and makes the vehicle due after
+    /// a full-jitter backoff (at least the server's `Retry-After`): the slot is free at once, and
+    /// fixes arriving meanwhile join the next try. Past `retryDeadline` the records are
+    /// dead-lettered instead. `random` draws the jitter (tests pass a fixed one).
+    public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
+                                  random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
         var actions = Actions()
-        if let index = lanes.index(forKey: request.update.vehicle) {
-            lanes.values[index].learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
-            if delivery.liveChecked, let checked = request.liveCheckEpoch { lanes.values[index].verifiedEpoch = checked }
-            lanes.values[index].tokenAttempts = 0
-            lanes.values[index].awaitingTokenSince = nil
-            lanes.values[index].lastRequestEndedAt = now
+        let lane = lanes.index(forKey: request.update.vehicle)
+        if let lane {
+            lanes.values[lane].learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
         }
         switch delivery.outcome {
         case .accepted, .stale:
-            for source in request.sources { finish(source, &actions) }
+            for source in request.sources { finish(source, now: now, &actions) }
         case .rejected(let reason, let detail):
             for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
-        case .abandoned, .awaitingToken:
+        case .abandoned:
             putBack(request)
+        case .retry(let failure):
+            retry(request, after: failure, now: now, random: random, &actions)
+            endRequest(request, now: now, &actions)
+            return finished(actions)
+        }
+        if let lane {
+            if delivery.liveChecked, let checked = request.liveCheckEpoch { lanes.values[lane].verifiedEpoch = checked }
+            setRetry(nil, at: lane)
+            lanes.values[lane].lastRequestEndedAt = now
         }
         endRequest(request, now: now, &actions)
+        updateOutage(now: now, failure: nil, &actions)
         return finished(actions)
     }
 
@@ -278,20 +326,58 @@ public struct PipelineState<Waiter> {
         return true
     }
 
-    /// No token could be had for the request: its fixes go back to the front of the
-    /// vehicle's queue and the vehicle waits `delay` before its next try. Fixes arriving
-    /// meanwhile join that try.
-    public mutating func retryLater(_ request: CoalescedRequest, after delay: Duration,
-                                    now: ContinuousClock.Instant) -> Actions {
-        var actions = Actions()
+    /// A transient failure: the fixes go back to the front of the vehicle's queue and the
+    /// vehicle is due after its backoff, or past the retry deadline its records are
+    /// dead-lettered. A try that found no token sent nothing: it starts no minimum interval,
+    /// and the live location read in a failed try is read again before the next (a newer fix
+    /// may reach Fleet Engine meanwhile, from a replay or another owner).
+    private mutating func retry(_ request: CoalescedRequest, after failure: TransientFailure, now: ContinuousClock.Instant,
+                                random: (ClosedRange<Double>) -> Double, _ actions: inout Actions) {
         let vehicle = request.update.vehicle
-        if putBack(request), let lane = lanes.index(forKey: vehicle) {
-            lanes.values[lane].tokenAttempts = request.tokenAttempts + 1
-            lanes.values[lane].awaitingTokenSince = request.awaitingTokenSince ?? now
+        let failingSince = request.failingSince ?? now
+        if failure.isFleetEngine { lanes[vehicle]?.lastRequestEndedAt = now }
+        if let deadline = limits.retryDeadline, now - failingSince >= deadline {
+            let detail = "Gave up after \(request.retryAttempts + 1) attempts in \(Self.seconds(now - failingSince)); last cause: \(failure.cause): \(failure.detail)"
+            for source in request.sources {
+                orderDeadLetter(source, reason: UpdateForwarder.retryDeadlineExceeded, detail: detail, &actions)
+            }
+            if let lane = lanes.index(forKey: vehicle) { setRetry(nil, at: lane) }
+        } else if putBack(request), let lane = lanes.index(forKey: vehicle), !lanes.values[lane].queued.isEmpty {
+            setRetry(VehicleLane.Retry(attempts: request.retryAttempts + 1, since: failingSince,
+                                       fleetEngine: failure.isFleetEngine), at: lane)
+            let delay = limits.retryPolicy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds,
+                                                 random: random)
             deferVehicle(vehicle, at: lane, until: now + delay, &actions)
+        } else if let lane = lanes.index(forKey: vehicle) {
+            setRetry(nil, at: lane)  // nothing of it is ours any more
         }
-        endRequest(request, now: now, &actions)
-        return finished(actions)
+        updateOutage(now: now, failure: failure, &actions)
+    }
+
+    private static func seconds(_ duration: Duration) -> String {
+        "\(Int(duration.inSeconds.rounded())) s"
+    }
+
+    /// Sets a lane's retry state, keeping the count of vehicles failing at Fleet Engine.
+    private mutating func setRetry(_ retry: VehicleLane.Retry?, at lane: Lanes.Index) {
+        if lanes.values[lane].retry?.fleetEngine == true { vehiclesFailing -= 1 }
+        if retry?.fleetEngine == true { vehiclesFailing += 1 }
+        lanes.values[lane].retry = retry
+    }
+
+    /// Begins an outage when more than half the vehicles held wait after a Fleet Engine
+    /// failure, and ends it once at most a third do: a few vehicles Fleet Engine keeps
+    /// refusing are no outage, and the report does not flap with each answer.
+    private mutating func updateOutage(now: ContinuousClock.Instant, failure: TransientFailure?, _ actions: inout Actions) {
+        if let since = outageSince {
+            if vehiclesFailing * 3 <= lanes.count {
+                outageSince = nil
+                actions.outage = .ended(lasted: now - since)
+            }
+        } else if let failure, failure.isFleetEngine, vehiclesFailing * 2 > lanes.count {
+            outageSince = now
+            actions.outage = .began(failingVehicles: vehiclesFailing, vehicles: lanes.count, failure: failure)
+        }
     }
 
     /// Stops intake for good (shutdown): drops every queued fix, unsent and unfinished, so
@@ -314,7 +400,14 @@ public struct PipelineState<Waiter> {
     /// The next moment something is due: a deferred vehicle, or forgetting idle vehicles. The
     /// sweep is always due at some point, so a sleeping timer never misses the first vehicle.
     public var nextDeadline: ContinuousClock.Instant {
-        deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
+        var next = deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
+        // While a commit awaits its answer, the next one waits for that answer (or its limit).
+        if let commitUnderWay {
+            next = min(next, commitUnderWay.answerBy)
+        } else if let commitDue {
+            next = min(next, commitDue)
+        }
+        return next
     }
 
     /// The timer goes to sleep until the returned deadline, or until an event wakes it.
@@ -336,6 +429,7 @@ public struct PipelineState<Waiter> {
             schedule(first.vehicle, at: lane, now: now, &actions)
         }
         if now >= nextSweep { forgetIdleVehicles(now: now) }
+        commitIfDue(now: now, &actions)
         serveWaiters(now: now, &actions)
         return finished(actions)
     }
@@ -349,10 +443,66 @@ public struct PipelineState<Waiter> {
         }.sorted { $0.topicPartition < $1.topicPartition }
     }
 
-    public mutating func committed(_ offsets: [TopicPartitionOffset]) {
-        for entry in offsets where partitions[entry.topicPartition] != nil {
-            partitions[entry.topicPartition]!.lastCommitted = entry.offset
+    /// The broker answered a commit (`failure` nil: committed). Only partitions still assigned
+    /// under the generation the order was made in learn the offset: an answer for a partition
+    /// revoked or reassigned since says nothing about its current owner's position.
+    public mutating func commitAnswered(_ order: CommitOrder, failure: String?, now: ContinuousClock.Instant) -> Actions {
+        var actions = Actions()
+        if commitUnderWay?.order.id == order.id {
+            commitUnderWay = nil
+            if let commitDue { wakeTimer(for: commitDue, &actions) }
         }
+        if let failure {
+            actions.commitFailure = failure
+        } else {
+            actions.committed = true
+            for entry in order.offsets where partitions[entry.topicPartition]?.generation == order.generations[entry.topicPartition] {
+                let last = partitions[entry.topicPartition]!.lastCommitted ?? .min
+                partitions[entry.topicPartition]!.lastCommitted = max(last, entry.offset)
+            }
+        }
+        if !offsetsToCommit().isEmpty { scheduleCommit(now: now, &actions) }
+        return finished(actions)
+    }
+
+    /// Something finished: a commit is due one interval after the last one was ordered (at once
+    /// when that is past), unless one is due already.
+    private mutating func scheduleCommit(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        guard commitDue == nil else { return }
+        let due = lastCommitOrderedAt.map { max(now, $0 + limits.commitInterval) } ?? now
+        commitDue = due
+        if commitUnderWay == nil { wakeTimer(for: due, &actions) }
+    }
+
+    /// Wakes a timer sleeping past `due`.
+    private mutating func wakeTimer(for due: ContinuousClock.Instant, _ actions: inout Actions) {
+        if timerSleeping, due < timerDeadline {
+            timerDeadline = due
+            actions.wakeTimer = true
+        }
+    }
+
+    /// Orders a commit when one is due and none is awaited; a commit unanswered for
+    /// `commitAnswerLimit` counts as failed, so a lost answer never stops committing.
+    private mutating func commitIfDue(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        if let underWay = commitUnderWay, now >= underWay.answerBy {
+            commitUnderWay = nil
+            actions.commitFailure = "no answer within \(Self.seconds(Limits.commitAnswerLimit))"
+            scheduleCommit(now: now, &actions)
+        }
+        guard let due = commitDue, now >= due, commitUnderWay == nil else { return }
+        commitDue = nil
+        // A partition being revoked commits in its revoke, with what finished by then.
+        let offsets = offsetsToCommit().filter { partitions[$0.topicPartition]?.revoking == false }
+        guard !offsets.isEmpty else { return }
+        commitOrders += 1
+        let order = CommitOrder(id: commitOrders, offsets: offsets,
+                                generations: Dictionary(uniqueKeysWithValues: offsets.map {
+                                    ($0.topicPartition, partitions[$0.topicPartition]!.generation)
+                                }))
+        lastCommitOrderedAt = now
+        commitUnderWay = (order, now + Limits.commitAnswerLimit)
+        actions.commit = order
     }
 
     // MARK: Observation
@@ -400,10 +550,7 @@ public struct PipelineState<Waiter> {
                                        _ actions: inout Actions) {
         lanes.values[lane].schedule = .deferred(until: due)
         deferred.insert(DueVehicle(due: due, vehicle: vehicle))
-        if timerSleeping, due < timerDeadline {
-            timerDeadline = due
-            actions.wakeTimer = true
-        }
+        wakeTimer(for: due, &actions)
     }
 
     /// The next request from the ready queue: the vehicle's fixes still ours, coalesced;
@@ -418,13 +565,16 @@ public struct PipelineState<Waiter> {
                 vehicle: vehicle, fixes: queued.allSatisfy { owns($0.source) } ? queued : queued.filter { owns($0.source) },
                 newestAcceptedMilliseconds: lanes.values[lane].newestKnownMilliseconds, pastLimit: limits.pastLocations)
             lanes.values[lane].queued = coalesced.later
-            for fix in coalesced.stale { finish(fix.source, &actions) }
+            for fix in coalesced.stale { finish(fix.source, now: now, &actions) }
             actions.staleFixes += coalesced.stale.count
-            guard var request = coalesced.request else { continue }
+            guard var request = coalesced.request else {
+                setRetry(nil, at: lane)  // nothing left to retry
+                continue
+            }
             if lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
-            request.tokenAttempts = lanes.values[lane].tokenAttempts
-            request.awaitingTokenSince = lanes.values[lane].awaitingTokenSince
-            lanes.values[lane].inFlight = request.cancellation
+            request.retryAttempts = lanes.values[lane].retry?.attempts ?? 0
+            request.failingSince = lanes.values[lane].retry?.since
+            lanes.values[lane].inFlight = true
             requestsInFlight += 1
             for site in request.partitions { partitions[site.topicPartition]?.workUnderWay += 1 }
             return request
@@ -436,7 +586,7 @@ public struct PipelineState<Waiter> {
         requestsInFlight -= 1
         endWork(on: request.partitions, &actions)
         if let lane = lanes.index(forKey: request.update.vehicle) {
-            lanes.values[lane].inFlight = nil
+            lanes.values[lane].inFlight = false
             lanes.values[lane].lastActive = now
             schedule(request.update.vehicle, at: lane, now: now, &actions)
         }
@@ -463,14 +613,16 @@ public struct PipelineState<Waiter> {
     private mutating func forgetIdleVehicles(now: ContinuousClock.Instant) {
         nextSweep = now + limits.vehicleIdleLimit / 2
         lanes = lanes.filter { _, lane in !lane.isIdle || now - lane.lastActive < limits.vehicleIdleLimit }
+        vehiclesFailing = lanes.values.count { $0.retry?.fleetEngine == true }
     }
 
     // MARK: Offsets and flow control
 
-    private mutating func finish(_ source: RecordSource, _ actions: inout Actions) {
+    private mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard partitions[source.topicPartition]?.generation == source.generation else { return }
         partitions[source.topicPartition]!.finish(source.offset)
         updatePause(source.topicPartition, &actions)
+        scheduleCommit(now: now, &actions)
     }
 
     private mutating func orderDeadLetter(_ source: RecordSource, reason: String, detail: String,
@@ -510,11 +662,15 @@ public struct PipelineState<Waiter> {
     /// handed out. After an assignment change it is handed out even when no partition flipped,
     /// so that a revoked partition's pause never lingers in the consumer's wish.
     private mutating func finished(_ actions: Actions, assignmentChanged: Bool = false) -> Actions {
+        var actions = actions
+        if vehiclesFailing != announcedVehiclesFailing {
+            announcedVehiclesFailing = vehiclesFailing
+            actions.vehiclesFailing = vehiclesFailing
+        }
         guard assignmentChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty else { return actions }
         let wish = pauseWish
         guard wish != announcedPauseWish else { return actions }
         announcedPauseWish = wish
-        var actions = actions
         actions.pause = PauseChange(wish: wish, pausing: actions.pausing.filter(wish.contains).sorted(),
                                     resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: share)
         return actions

@@ -8,14 +8,14 @@ struct VehicleLane {
         case idle
         /// In the ready queue, waiting for a worker.
         case ready
-        /// Waiting until its due time: a minimum interval or a token backoff.
+        /// Waiting until its due time: a minimum interval or a retry backoff.
         case deferred(until: ContinuousClock.Instant)
     }
 
     /// Fixes not yet sent, in consumption order.
     var queued: [PendingFix] = []
-    /// The request under way, if any: a revoke of its partitions cancels it.
-    var inFlight: RequestCancellation?
+    /// An attempt of the vehicle is under way.
+    var inFlight = false
     var schedule = Schedule.idle
     /// When the vehicle's last request to Fleet Engine ended: `--min-interval-per-vehicle`
     /// counts from here, so Fleet Engine sees its requests at least that far apart however
@@ -25,9 +25,15 @@ struct VehicleLane {
     var newestKnownMilliseconds: Int64?
     /// The assignment epoch in which Fleet Engine's live location was last taken into account.
     var verifiedEpoch: UInt64?
-    /// Earlier attempts that found no token, and since when.
-    var tokenAttempts = 0
-    var awaitingTokenSince: ContinuousClock.Instant?
+    /// Consecutive attempts that failed transiently, since when, and whether Fleet Engine
+    /// (rather than the signer) failed the last one; nil while attempts succeed.
+    struct Retry {
+        var attempts: Int
+        var since: ContinuousClock.Instant
+        var fleetEngine: Bool
+    }
+
+    var retry: Retry?
     /// When the lane last took in a fix or finished a request.
     var lastActive: ContinuousClock.Instant
 
@@ -36,10 +42,10 @@ struct VehicleLane {
     }
 
     /// Nothing queued, under way or scheduled: the lane holds only what it remembers.
-    var isIdle: Bool { queued.isEmpty && inFlight == nil && schedule == .idle }
+    var isIdle: Bool { queued.isEmpty && !inFlight && schedule == .idle }
 
     /// May join the ready queue now: it has fixes, nothing under way and nothing scheduled.
-    var wantsScheduling: Bool { !queued.isEmpty && inFlight == nil && schedule == .idle }
+    var wantsScheduling: Bool { !queued.isEmpty && !inFlight && schedule == .idle }
 
     mutating func learn(newestKnownMilliseconds newest: Int64?) {
         guard let newest else { return }
