@@ -118,3 +118,10 @@ private final class Inspectors: Sendable {
         byGroup.withLock { $0.removeAll() }
     }
 }
+
+/// CPU seconds (user and system) this process has used so far.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}

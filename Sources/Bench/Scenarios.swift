@@ -181,6 +181,15 @@ struct Scenarios {
 
     /// Returns the relay's CPU per Fleet Engine request in µs.
     @discardableResult
+    /// CPU seconds of one vehicle token's RS256 signature here, measured in this process with the
+    /// relay's own signer: the floor of a cold vehicle's cost.
+    func signatureCost(tokens: Int = 2_000) async throws -> Double {
+        let signer = LocalKeySigner(key: environment.key)
+        let started = processCPUSeconds()
+        for index in 0..<tokens { _ = try await signer.mint(for: VehicleIdentity(kind: .vehicle, id: "floor-\(index)")) }
+        return (processCPUSeconds() - started) / Double(tokens)
+    }
+
     func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
         let topic = plan.topic + "-" + transport.rawValue
         let (group, section, vehicles, rate, seconds, warmupLimit) =
@@ -191,6 +200,8 @@ struct Scenarios {
 
         // Cold start: one fix per vehicle, each needing its first token. Measured on its
         // own: under full load the mock cluster's small retention would drop the backlog.
+        await probes.resetLatency()
+        let coldCPUBefore = relay.cpuSeconds
         let warmupStarted = ContinuousClock.now
         try await produceRound(topic: topic, vehicles: vehicles, idPrefix: topic + "-")
         let warmedUp = try await waitUntil(timeout: .seconds(warmupLimit), interval: .milliseconds(500)) {
@@ -201,8 +212,18 @@ struct Scenarios {
             _ = await relay.stop()
             throw BenchError("cold start: \(vehicles) vehicles' first fixes not delivered within \(warmupLimit) s")
         }
+        let coldCPU = relay.cpuSeconds - coldCPUBefore
+        let coldLatency = await probes.emulator()["latency_ms"]
+        let signature = try await signatureCost()
         report.add(section, "cold start: first fix of every vehicle delivered (one token each)", warmup, "s")
         report.add(section, "cold start rate", Double(vehicles) / warmup, "vehicles/s")
+        report.add(section, "cold start latency p50 (event time → emulator)", coldLatency?["p50"]?.numberValue ?? -1, "ms")
+        report.add(section, "cold start latency p99", coldLatency?["p99"]?.numberValue ?? -1, "ms")
+        report.add(section, "cold start relay CPU", coldCPU, "CPU s", ratio: coldCPU / warmup, of: "one core")
+        report.add(section, "cold start relay CPU per vehicle (token, live read, update)", coldCPU / Double(vehicles) * 1000, "ms",
+                   ratio: coldCPU / Double(vehicles) / signature, of: "one RS256 signature")
+        report.add(section, "one RS256 signature with the system libcrypto", signature * 1000, "ms")
+        report.add(section, "relay RSS after the cold start", relay.rssMegabytes, "MB")
 
         let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: topic + "-")
         let (measured, fed) = try await feeder.feeding {
