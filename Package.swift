@@ -42,6 +42,7 @@ let package = Package(
             name: "Kafka",
             dependencies: [
                 "CRdKafka", "JSON", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),

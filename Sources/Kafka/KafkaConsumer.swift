@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 
@@ -26,20 +27,23 @@ public final class KafkaConsumer: Service, Sendable {
     /// before the partitions are given up (ignored when they were lost).
     public typealias RebalanceHandler = @Sendable (RebalanceEvent) -> [TopicPartitionOffset]
 
-    /// Chunks of records in partition order. Ends when the consumer is closed.
-    /// At most `maximumBufferedChunks` wait unconsumed: beyond that the poll thread
-    /// waits for the reader (librdkafka keeps prefetching up to its own bounds); a
-    /// reader stalled for longer than `readerStallBeforePause` gets the partitions
-    /// paused, so polling (and with it group membership) goes on.
-    public var records: KafkaRecordChunks { KafkaRecordChunks(stream: stream, context: context) }
+    /// Chunks of records in partition order, for one reader. Ends when the consumer is closed.
+    /// A bounded hand-over: once `maximumBufferedChunks` wait unconsumed the poll thread
+    /// waits for the reader to want more (librdkafka keeps prefetching up to its own bounds);
+    /// a reader stalled for longer than `readerStallBeforePause` gets the partitions paused,
+    /// so polling (and with it group membership) goes on.
+    public let records: KafkaRecordChunks
 
     public static let maximumChunkSize = 500
     public static let maximumBufferedChunks = 2
     /// Pausing drops librdkafka's prefetched data and refetches on resume: worth it
     /// only for a reader that stopped, not for one that is briefly behind.
     static let readerStallBeforePause = Duration.seconds(1)
+    /// How long one poll waits when nothing arrives. Records, a rebalance, a pause change, the
+    /// reader wanting more and a stop all end the wait at once: this only bounds how stale the
+    /// poll loop's liveness stamp gets on an idle consumer (tests lengthen it).
+    let idlePollMilliseconds = Atomic<Int32>(5_000)
 
-    private let stream: AsyncStream<[KafkaRecord]>
     private let client: RDKafkaClient
     private let context: ConsumerContext
     private let control: Mutex<Control>
@@ -94,15 +98,26 @@ public final class KafkaConsumer: Service, Sendable {
         }
         var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         properties["enable.auto.commit"] = "false"
-        var continuation: AsyncStream<[KafkaRecord]>.Continuation!
-        self.stream = AsyncStream(bufferingPolicy: .unbounded) { continuation = $0 }
-        let context = ConsumerContext(logger: logger, continuation: continuation, rebalanceHandler: rebalanceHandler,
+        let intake = ConsumerIntake()
+        let handOver = NIOAsyncSequenceProducer.makeSequence(
+            elementType: [KafkaRecord].self,
+            backPressureStrategy: NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark(
+                lowWatermark: Self.maximumBufferedChunks, highWatermark: Self.maximumBufferedChunks),
+            finishOnDeinit: false, delegate: intake)
+        self.records = KafkaRecordChunks(sequence: handOver.sequence)
+        let context = ConsumerContext(logger: logger, intake: intake, source: handOver.source,
+                                      rebalanceHandler: rebalanceHandler,
                                       committedOnRevoke: committedOnRevoke, consumeError: consumeError,
                                       statistics: statistics)
-        self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
+        let client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
+        self.client = client
         self.context = context
         self.control = Mutex(Control())
-        self.pollThread = PollThread(name: "kafka-consumer-poll", wake: context.readerGate.wake)
+        intake.wakesPoll { [weak client] in client?.wakePoll() }  // weak: the client holds the intake through its context
+        self.pollThread = PollThread(name: "kafka-consumer-poll") {
+            intake.wake()
+            client.wakePoll()
+        }
         self.logger = logger
         try client.subscribe(topics)
     }
@@ -126,6 +141,7 @@ public final class KafkaConsumer: Service, Sendable {
     /// for good (shutdown). Records already delivered are unaffected.
     public func pauseAll() {
         control.withLock { $0.pauseAll = true }
+        client.wakePoll()
     }
 
     /// The partitions to keep paused, replacing the previous wish. The poll thread applies
@@ -134,6 +150,7 @@ public final class KafkaConsumer: Service, Sendable {
     /// explicit pause or resume of every assigned partition.
     public func setPaused(_ partitions: Set<TopicPartition>) {
         control.withLock { $0.pausedPartitions = partitions }
+        client.wakePoll()
     }
 
     /// The partitions the owner of flow control wants paused.
@@ -178,8 +195,7 @@ public final class KafkaConsumer: Service, Sendable {
         var applied: Set<TopicPartition> = []
         while pollThread.isPolling {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            let readerStalled = !context.readerGate.waitForRoom(
-                maximumBuffered: Self.maximumBufferedChunks, timeout: Self.readerStallBeforePause)
+            let readerStalled = !context.intake.waitForDemand(timeout: Self.readerStallBeforePause)
             let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
             let assignment = context.assignment
             let wanted = pauseAll || readerStalled ? assignment : wish.intersection(assignment)
@@ -193,11 +209,11 @@ public final class KafkaConsumer: Service, Sendable {
             }
             context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
             context.pausedAgainstWish.store(pauseAll ? 0 : applied.subtracting(wish).count, ordering: .relaxed)
-            let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: wanted == assignment ? 10 : 100,
+            let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
-                context.readerGate.add()
-                context.continuation.yield(chunk)
+                let mark = context.intake.demandMark
+                if context.source.yield(chunk) == .stopProducing { context.intake.readerIsBehind(since: mark) }
             }
         }
     }
@@ -207,7 +223,7 @@ public final class KafkaConsumer: Service, Sendable {
         logger.info("Kafka consumer leaving its group")
         client.closeConsumer()
         context.commitAnswers.dropAll()
-        context.continuation.finish()
+        context.source.finish()
     }
 
     private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {
@@ -223,7 +239,8 @@ public final class KafkaConsumer: Service, Sendable {
 /// touched only on the poll thread.
 final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDKafkaStatisticsHandling,
     @unchecked Sendable {
-    let continuation: AsyncStream<[KafkaRecord]>.Continuation
+    let intake: ConsumerIntake
+    let source: KafkaRecordChunks.Source
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
     /// Errors Kafka answered instead of records, by name (called on the poll thread).
@@ -232,8 +249,6 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     let onStatistics: @Sendable ([TopicPartition: PartitionStatistics]) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
     let pausedAgainstWish = Atomic<Int>(0)
-    /// Chunks yielded to `records` and not yet taken by the reader.
-    let readerGate = ReaderGate()
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     /// Set by the rebalance callback; the poll loop then applies the pause wish to the whole new assignment.
     var assignmentChanged = false
@@ -242,14 +257,15 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
 
-    init(logger: Logger, continuation: AsyncStream<[KafkaRecord]>.Continuation,
+    init(logger: Logger, intake: ConsumerIntake, source: KafkaRecordChunks.Source,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
          committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void,
          consumeError: @escaping @Sendable (String) -> Void,
          statistics: @escaping @Sendable ([TopicPartition: PartitionStatistics]) -> Void) {
         self.consumeError = consumeError
         self.onStatistics = statistics
-        self.continuation = continuation
+        self.intake = intake
+        self.source = source
         self.rebalanceHandler = rebalanceHandler
         self.committedOnRevoke = committedOnRevoke
         super.init(logger: logger)
@@ -291,54 +307,75 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     }
 }
 
-/// The consumer's record chunks; taking a chunk makes room for the poll thread.
+/// The consumer's record chunks, handed over with back-pressure: taking a chunk is what lets
+/// the poll thread fetch more.
 public struct KafkaRecordChunks: AsyncSequence, Sendable {
     public typealias Element = [KafkaRecord]
+    typealias HandOver = NIOAsyncSequenceProducer<
+        [KafkaRecord], NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark, ConsumerIntake
+    >
+    typealias Source = HandOver.Source
 
-    let stream: AsyncStream<[KafkaRecord]>
-    let context: ConsumerContext
+    let sequence: HandOver
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncStream<[KafkaRecord]>.AsyncIterator
-        let context: ConsumerContext
+        var base: HandOver.AsyncIterator
 
         public mutating func next() async -> [KafkaRecord]? {
-            let chunk = await base.next()
-            if chunk != nil { context.readerGate.take() }
-            return chunk
-        }
-
-        public mutating func next(isolation actor: isolated (any Actor)?) async -> [KafkaRecord]? {
-            let chunk = await base.next(isolation: actor)
-            if chunk != nil { context.readerGate.take() }
-            return chunk
+            await base.next()
         }
     }
 
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), context: context)
+        AsyncIterator(base: sequence.makeAsyncIterator())
     }
 }
 
-/// Counts chunks handed to the reader and not yet taken. The poll thread waits on
-/// it while the reader is `maximumBuffered` chunks behind, woken by the reader
-/// taking one (or by a stop), never by a timer.
-final class ReaderGate: @unchecked Sendable {  // every member is guarded by `condition`
+/// Whether the reader wants more chunks, as the hand-over's back-pressure says. The poll thread
+/// waits on it while the reader is behind, woken by the reader asking for more (or by a stop),
+/// never by a timer; a poll waiting in librdkafka is woken too, so paused partitions resume.
+final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendable {
+    // `wanted`, `demands` and `woken` are guarded by `condition`; `wakePoll` is set once, before polling starts.
     private let condition = NSCondition()
-    private var buffered = 0
+    private var wanted = true
+    /// How often the reader asked for more: a yield's "stop" must not undo an ask that came
+    /// while the yield was returning.
+    private var demands = 0
     private var woken = false
+    private let wakePoll = Mutex<@Sendable () -> Void>({})
 
-    func add() {
+    func wakesPoll(_ wake: @escaping @Sendable () -> Void) {
+        wakePoll.withLock { $0 = wake }
+    }
+
+    /// Taken before a yield, for `readerIsBehind(since:)`.
+    var demandMark: Int {
         condition.lock()
-        buffered += 1
+        defer { condition.unlock() }
+        return demands
+    }
+
+    /// A yield found the hand-over full: the next wait lasts until the reader takes a chunk,
+    /// unless it asked for more since `mark` (the hand-over may call `produceMore` before the
+    /// yield returned).
+    func readerIsBehind(since mark: Int) {
+        condition.lock()
+        if demands == mark { wanted = false }
         condition.unlock()
     }
 
-    func take() {
+    func produceMore() {
         condition.lock()
-        buffered -= 1
+        wanted = true
+        demands += 1
         condition.signal()
         condition.unlock()
+        wakePoll.withLock { $0 }()
+    }
+
+    /// The reader is gone (shutdown): nothing is held back for it any more.
+    func didTerminate() {
+        produceMore()
     }
 
     /// Ends the current wait early (a stop).
@@ -349,15 +386,14 @@ final class ReaderGate: @unchecked Sendable {  // every member is guarded by `co
         condition.unlock()
     }
 
-    /// Waits until fewer than `maximumBuffered` chunks are untaken; false when still
-    /// that far behind after `timeout` or when woken.
-    func waitForRoom(maximumBuffered: Int, timeout: Duration) -> Bool {
+    /// Waits until the reader wants more; false when it still does not after `timeout`, or when woken.
+    func waitForDemand(timeout: Duration) -> Bool {
         let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
         condition.lock()
         defer { condition.unlock() }
         woken = false
-        while buffered >= maximumBuffered {
-            if woken || !condition.wait(until: deadline) { return buffered < maximumBuffered }
+        while !wanted {
+            if woken || !condition.wait(until: deadline) { return wanted }
         }
         return true
     }

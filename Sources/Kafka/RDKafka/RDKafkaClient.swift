@@ -19,6 +19,9 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
 
     private let handle: OpaquePointer
     let context: RDKafkaClientContext
+    /// The consumer's queue (nil for a producer): commit answers arrive on it, and waking it
+    /// ends a poll waiting there.
+    private let consumerQueue: OpaquePointer?
 
     /// Creates a client. A consumer with a rebalance handler gets the rebalance callback,
     /// a producer with `reportsDeliveries` the delivery-report callback.
@@ -31,10 +34,17 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         self.handle = try RDKafkaConfig.makeClient(type: kind == .consumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER, conf: conf)
         self.context = context
         if kind == .consumer { rd_kafka_poll_set_consumer(handle) }
+        self.consumerQueue = kind == .consumer ? rd_kafka_queue_get_consumer(handle) : nil
     }
 
     deinit {
+        if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
         rd_kafka_destroy(handle)
+    }
+
+    /// Makes a `poll` waiting on the consumer's queue return at once; callable from any thread.
+    func wakePoll() {
+        if let consumerQueue { rd_kafka_queue_yield(consumerQueue) }
     }
 
     /// Checks the properties with librdkafka itself, without creating a client.
@@ -122,9 +132,8 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         let id = context.commitAnswers.register(offsets, answer)
         let list = RDKafkaTopicPartitionList.make(offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
-        let queue = rd_kafka_queue_get_consumer(handle)
-        defer { if let queue { rd_kafka_queue_destroy(queue) } }
-        let error = rd_kafka_commit_queue(handle, list, queue, RDKafkaClient.commitCallback, UnsafeMutableRawPointer(bitPattern: id))
+        let error = rd_kafka_commit_queue(handle, list, consumerQueue, RDKafkaClient.commitCallback,
+                                          UnsafeMutableRawPointer(bitPattern: id))
         guard error != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
         _ = context.commitAnswers.take(id)
         return KafkaError(.commit, "commit of \(offsets) refused: \(RDKafkaConfig.errorName(error))", code: error.rawValue)
@@ -344,6 +353,8 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
             owner.rebalance(.revoke(partitions, lost: true), cooperative: false)
             rd_kafka_assign(handle, nil)
         }
+        // The poll returns now, so that its loop applies the pause wish to the new assignment at once.
+        rd_kafka_yield(handle)
     }
 
     private static func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset],
