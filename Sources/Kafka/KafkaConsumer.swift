@@ -48,8 +48,6 @@ public final class KafkaConsumer: Service, Sendable {
     private let context: ConsumerContext
     private let control: Mutex<Control>
     private let pollThread: PollThread
-    /// Watermark queries wait on their own queue: a slow broker delays the lag gauge, never a commit.
-    private let queryCalls = BlockingCallQueue(label: "fleet-relay.kafka.consumer.queries")
     private let logger: Logger
 
     private struct Control {
@@ -184,10 +182,6 @@ public final class KafkaConsumer: Service, Sendable {
         return client.enqueueCommit(offsets, answer: answer)
     }
 
-    /// Low and high watermarks of a partition as the broker reports them.
-    public func watermarks(_ partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> (low: Int64, high: Int64) {
-        try await queryCalls.run { () throws(KafkaError) in try self.client.watermarks(partition, timeout: timeout) }
-    }
 
     // MARK: Poll thread
 
