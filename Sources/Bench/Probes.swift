@@ -49,10 +49,11 @@ struct Probes {
         return statistics
     }
 
-    /// Starts the emulator's latency percentiles afresh, counting only fixes located from now on.
-    func resetLatency() async {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        await post(emulatorURL + "/_emulator/reset-latency?located_after=\(now)")
+    /// Starts the emulator's latency percentiles afresh, counting only fixes located from
+    /// `locatedAfter` on (milliseconds since the epoch; default: now).
+    func resetLatency(locatedAfter: Int64? = nil) async {
+        let after = locatedAfter ?? Int64(Date().timeIntervalSince1970 * 1000)
+        await post(emulatorURL + "/_emulator/reset-latency?located_after=\(after)")
     }
 
     func isReady(metricsPort: Int) async -> Bool {
