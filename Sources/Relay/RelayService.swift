@@ -73,6 +73,20 @@ public final class RelayService: Service, Sendable {
     /// Records consumed and not yet finished (what flow control bounds).
     public var pendingRecords: Int { pipeline.read(\.unfinishedRecords) }
 
+    /// The pipeline and the consumer in one line, for a test that timed out to say where work stands.
+    public var stateDescription: String {
+        let consumer = consumerState.withLock { $0 }
+        let pipeline = pipeline.read { state in
+            "queued fixes \(state.queuedFixes), ready vehicles \(state.readyVehicles), requests in flight \(state.requestsInFlight), "
+                + "workers waiting \(state.waitingWorkers), vehicles failing \(state.vehiclesFailing), "
+                + "unfinished \(state.unfinishedPerPartition.map { "\($0.key): \($0.value)" }.sorted()), "
+                + "pause wish \(state.pauseWish.map(\.description).sorted()), next deadline in \(state.nextDeadline - .now)"
+        }
+        guard let consumer else { return pipeline + "; no consumer" }
+        return pipeline + "; consumer: paused \(consumer.pausedPartitionCount) (against the wish \(consumer.pausedAgainstWish)), "
+            + "wish \(consumer.pauseWish.map(\.description).sorted()), last poll \(consumer.secondsSinceLastPoll) s ago"
+    }
+
     // MARK: Running
 
     public func run() async throws {
@@ -83,6 +97,10 @@ public final class RelayService: Service, Sendable {
             return consumer.enqueueCommit(order.offsets) { failure in
                 self.carryOut(self.pipeline.handle { $0.commitAnswered(order, failure: failure?.message, now: .now) })
             }?.message
+        }
+        pipeline.applyPauses { [weak consumer, weak self] wish in
+            guard let self, !self.stopping.load(ordering: .relaxed) else { return }
+            consumer?.setPaused(wish)
         }
         health.watchPollLoop { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 }
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
@@ -102,6 +120,7 @@ public final class RelayService: Service, Sendable {
             }
             // Leaving the group revokes every partition: its revoke commits what finished.
             pipeline.issueCommits(through: nil)
+            pipeline.applyPauses(through: nil)
             await consumer.close()
         }
         // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
@@ -215,7 +234,7 @@ public final class RelayService: Service, Sendable {
                 carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
             }
         }
-        if let change = actions.pause { applyPause(change) }
+        if let change = actions.pause { logPause(change) }
         if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
         if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
         if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
@@ -225,14 +244,14 @@ public final class RelayService: Service, Sendable {
     }
 
     /// Fetching pauses for each partition holding its share of `maximumPendingRecords`
-    /// unfinished records, and resumes once half of that finished (decided by the pipeline).
-    private func applyPause(_ change: PauseChange) {
+    /// unfinished records, and resumes once half of that finished (decided by the pipeline,
+    /// which hands the wish to the consumer).
+    private func logPause(_ change: PauseChange) {
         guard !stopping.load(ordering: .relaxed) else { return }
         if !change.pausing.isEmpty {
             logger.info("Pausing \(change.pausing.map(\.description).joined(separator: ", ")): at least \(change.share) records unfinished each")
         }
         if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
-        consumerState.withLock { $0 }?.setPaused(change.wish)
     }
 
     /// Sending and dead-lettering, until intake closes and everything queued is done.

@@ -38,7 +38,13 @@ extension IntegrationTests {
             }
 
             harness.emulator.goDown(for: .zero)
-            try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
+            do {
+                try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
+            } catch {
+                let lost = harness.lostEvents(generated.events)
+                Issue.record("\(lost.count) fixes never arrived; relay: \(first.relay.stateDescription); \(first.relay.statistics.snapshot)")
+                throw error
+            }
             try await first.stop()
             #expect(harness.backwardsUpdates == 0)
             #expect(first.relay.statistics.snapshot.deadLettered == 0)

@@ -44,7 +44,21 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         lock.unlock()
     }
 
-    /// Runs one event under the lock and carries out its mechanical actions after it. A commit
+    /// Hands the pause wish to Kafka; must not block or call back into the pipeline.
+    typealias PauseApplier = @Sendable (Set<TopicPartition>) -> Void
+    private var applyPauseWish: PauseApplier?
+
+    /// From now on, pause wishes go to Kafka through `applier`, in the order the state made
+    /// them: two events changing the wish on two threads cannot hand them over swapped.
+    func applyPauses(through applier: PauseApplier?) {
+        lock.lock()
+        applyPauseWish = applier
+        lock.unlock()
+    }
+
+    /// Runs one event under the lock and carries out its mechanical actions after it. A pause
+    /// wish is handed to Kafka under the lock too: handed over after it, an older wish could
+    /// overtake a newer one and leave a partition paused that the state resumed. A commit
     /// order is handed to Kafka under the lock: a revoke takes the lock before its partitions
     /// go, so it cannot slip between the order (made for partitions still owned) and the
     /// commit entering librdkafka's queue, where it goes out with the group generation of that
@@ -53,6 +67,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
     func handle(_ event: (inout PipelineState<Worker>) -> Actions) -> Actions {
         lock.lock()
         var actions = event(&state)
+        if let change = actions.pause { applyPauseWish?(change.wish) }
         if let order = actions.commit, let issueCommit {
             if let refusal = issueCommit(order) {
                 let answered = state.commitAnswered(order, failure: refusal, now: .now)
