@@ -164,7 +164,8 @@ public struct PipelineState<Waiter> {
     private var ready = Deque<VehicleIdentity>()
     private var deferred = Heap<DueVehicle>()
     private var waiters = Deque<Waiter>()
-    /// Advances with every assignment: a vehicle's first request in a new epoch reads its live location.
+    /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
+    /// epoch reads its live location.
     private var epoch: UInt64 = 0
     private var intakeClosed = false
     public private(set) var requestsInFlight = 0
@@ -423,8 +424,7 @@ public struct PipelineState<Waiter> {
         var actions = Actions()
         while let first = deferred.min, first.due <= now {
             deferred.removeMin()
-            guard let lane = lanes.index(forKey: first.vehicle),
-                  lanes.values[lane].schedule == .deferred(until: first.due) else { continue }
+            guard let lane = lanes.index(forKey: first.vehicle), lanes.values[lane].schedule == .deferred else { continue }
             lanes.values[lane].schedule = .idle
             schedule(first.vehicle, at: lane, now: now, &actions)
         }
@@ -548,7 +548,7 @@ public struct PipelineState<Waiter> {
 
     private mutating func deferVehicle(_ vehicle: VehicleIdentity, at lane: Lanes.Index, until due: ContinuousClock.Instant,
                                        _ actions: inout Actions) {
-        lanes.values[lane].schedule = .deferred(until: due)
+        lanes.values[lane].schedule = .deferred
         deferred.insert(DueVehicle(due: due, vehicle: vehicle))
         wakeTimer(for: due, &actions)
     }
@@ -572,7 +572,7 @@ public struct PipelineState<Waiter> {
                 continue
             }
             if lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
-            request.retryAttempts = lanes.values[lane].retry?.attempts ?? 0
+            request.retryAttempts = Int(lanes.values[lane].retry?.attempts ?? 0)
             request.failingSince = lanes.values[lane].retry?.since
             lanes.values[lane].inFlight = true
             requestsInFlight += 1
