@@ -18,7 +18,7 @@
 /// - Bounded: beyond `capacity` entries the least recently used are evicted.
 public actor TokenCache {
     private enum Entry {
-        case ready(VehicleToken)
+        case ready(StoredToken)
         /// A caller is minting; the slot's waiters get its token.
         case minting
         /// The last mint failed: its callers get this error until `retryAt` (seconds since the epoch).
@@ -64,6 +64,8 @@ public actor TokenCache {
     private let warn: @Sendable (String) -> Void
     private var warnedAboutShortLifetime = false
     private var slots: [VehicleIdentity: Slot] = [:]
+    /// The header of the token stored last, which the next token of the same signer shares.
+    private var sharedHeader: String?
     private var uses: UInt64 = 0
     private var refreshesOrdered: UInt64 = 0
     private var refresherRunning = false
@@ -125,7 +127,7 @@ public actor TokenCache {
             case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
                 hitCount += 1
                 if now >= slots[key]!.refreshAt { orderRefreshIfNone(key) }
-                return token.token
+                return token.text
             case .minting:
                 switch await nextToken(of: key) {
                 case .value(let token):
@@ -153,7 +155,7 @@ public actor TokenCache {
     /// old token must not each throw away the new one).
     public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
-        if case .ready(let token) = slots[key]?.entry, token.token == refused { removeSlot(key) }
+        if case .ready(let token) = slots[key]?.entry, token.text == refused { removeSlot(key) }
     }
 
     private func cacheKey(_ vehicle: VehicleIdentity) -> VehicleIdentity {
@@ -253,7 +255,9 @@ public actor TokenCache {
     private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
         guard slots[key] != nil else { return }
         let margin = margin(forLifetime: token.expiresAt - clock())
-        slots[key]!.entry = .ready(token)
+        let stored = StoredToken(token, sharedHeader: sharedHeader)
+        sharedHeader = stored.header ?? sharedHeader
+        slots[key]!.entry = .ready(stored)
         slots[key]!.failures = 0
         slots[key]!.marginSeconds = margin
         // At least a second before the token stops being handed out (`exp − margin`): a refresh
