@@ -182,6 +182,12 @@ public final class KafkaConsumer: Service, Sendable {
         return client.enqueueCommit(offsets, answer: answer)
     }
 
+    /// Commits and waits for the broker's answer: only from the rebalance handler, inside a
+    /// revoke (on the poll thread), for what finished before the revoke waits for work under
+    /// way. Returns why the commit failed, nil when it succeeded.
+    public func commitDuringRevoke(_ offsets: [TopicPartitionOffset]) -> String? {
+        client.commitAndWait(offsets)
+    }
 
     // MARK: Poll thread
 

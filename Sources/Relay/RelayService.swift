@@ -143,7 +143,10 @@ public final class RelayService: Service, Sendable {
             case .revoked(let partitions, let lost):
                 if lost { health.recordMembershipLost() }
                 pipeline.update { $0.beginRevoke(partitions) }
-                if !lost { waitForWorkUnderWay(in: partitions) }
+                if !lost {
+                    commitWhatFinished(revoking: partitions)
+                    waitForWorkUnderWay(in: partitions)
+                }
                 var finalOffsets: [TopicPartitionOffset] = []
                 carryOut(pipeline.handle { state in
                     let revoked = state.finishRevoke(partitions)
@@ -160,6 +163,21 @@ public final class RelayService: Service, Sendable {
             noteConsumeError(error)
         } statistics: { [gauges] figures in
             gauges.record(figures)
+        }
+    }
+
+    /// Runs on the poll thread inside the revoke callback, before it waits for the work under
+    /// way: what finished is committed now, so that a wait long enough to get this member
+    /// dropped from the group (its final commit then refused) costs the next owner only the
+    /// records that were under way.
+    private func commitWhatFinished(revoking partitions: [TopicPartition]) {
+        let offsets = pipeline.read { $0.offsetsToCommit(revoking: partitions) }
+        guard !offsets.isEmpty, let consumer = consumerState.withLock({ $0 }) else { return }
+        if let failure = consumer.commitDuringRevoke(offsets) {
+            logger.warning("Commit at the start of a revoke failed (\(failure)); committing again once the work under way ended")
+        } else {
+            pipeline.update { $0.committedDuringRevoke(offsets) }
+            statistics.commits.add(1, ordering: .relaxed)
         }
     }
 

@@ -216,6 +216,33 @@ import Testing
         #expect(core.state.assignedPartitions == [core.partition(1)])
     }
 
+    /// A revoke commits what finished before it waits for the work under way (a member dropped
+    /// while it waits can commit nothing), and its final commit then carries only what finished
+    /// during the wait; partitions kept are not part of either.
+    @Test func aRevokeCommitsWhatFinishedBeforeWaitingAndAfterwardsOnlyWhatFinishedSince() throws {
+        let core = Core(partitions: [0, 1])
+        core.consume([core.fix("v", at: 1, offset: 0), core.fix("w", at: 1, offset: 0, partition: 1)])
+        core.complete(try #require(core.request()), .accepted)
+        core.complete(try #require(core.request()), .accepted)
+        core.consume([core.fix("v", at: 2, offset: 1)])
+        let underWay = try #require(core.request())
+        core.state.beginRevoke([core.partition(0)])
+        let early = core.state.offsetsToCommit(revoking: [core.partition(0), core.partition(1)])
+        #expect(early == [core.offset(0, 1)], "what finished on the revoked partition, and nothing of the kept one")
+        core.state.committedDuringRevoke(early)
+        #expect(core.state.offsetsToCommit(revoking: [core.partition(0)]).isEmpty)
+        core.complete(underWay, .accepted)
+        let (final, _) = core.state.finishRevoke([core.partition(0)])
+        #expect(final == [core.offset(0, 2)], "the final commit carries what finished during the wait")
+
+        let idle = Core(partitions: [0])
+        idle.consume([idle.fix("v", at: 1, offset: 0)])
+        idle.complete(try #require(idle.request()), .accepted)
+        idle.state.beginRevoke([idle.partition(0)])
+        idle.state.committedDuringRevoke(idle.state.offsetsToCommit(revoking: [idle.partition(0)]))
+        #expect(idle.state.finishRevoke([idle.partition(0)]).offsets.isEmpty, "nothing finished since: no second commit")
+    }
+
     /// A request on a revoked partition that fails transiently is not tried again by this
     /// member: its fixes stay unfinished for the next owner, and the vehicle counts as failing no more.
     @Test func aRequestFailingDuringItsPartitionsRevokeIsLeftForTheNextOwner() throws {

@@ -139,6 +139,15 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         return KafkaError(.commit, "commit of \(offsets) refused: \(RDKafkaConfig.errorName(error))", code: error.rawValue)
     }
 
+    /// Commits the offsets and waits for the broker's answer; nil when committed, else why not.
+    /// For the poll thread inside a revoke only, where waiting is what must happen.
+    func commitAndWait(_ offsets: [TopicPartitionOffset]) -> String? {
+        let list = RDKafkaTopicPartitionList.make(offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let result = rd_kafka_commit(handle, list, 0)
+        return result != RD_KAFKA_RESP_ERR_NO_ERROR ? RDKafkaConfig.errorName(result) : RDKafkaTopicPartitionList.firstError(list)
+    }
+
     // MARK: Queries (blocking)
 
     func committed(_ partitions: [TopicPartition], timeout: Duration) throws(KafkaError) -> [TopicPartitionOffset] {

@@ -212,6 +212,22 @@ public struct PipelineState<Waiter> {
         }
     }
 
+    /// What finished on partitions being revoked, to commit before the revoke waits for the
+    /// work under way: a member dropped from the group while it waits cannot commit any more.
+    public func offsetsToCommit(revoking revoked: [TopicPartition]) -> [TopicPartitionOffset] {
+        revoked.compactMap { partition in
+            partitions[partition].flatMap { $0.revoking ? $0.offsetToCommit : nil }
+                .map { TopicPartitionOffset(partition, offset: $0) }
+        }
+    }
+
+    /// A commit inside the revoke succeeded: the final commit then carries only what finished since.
+    public mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
+        for entry in offsets where partitions[entry.topicPartition]?.revoking == true {
+            partitions[entry.topicPartition]!.lastCommitted = max(partitions[entry.topicPartition]!.lastCommitted ?? .min, entry.offset)
+        }
+    }
+
     public func workUnderWay(in partitions: [TopicPartition]) -> Int {
         partitions.reduce(0) { $0 + (self.partitions[$1]?.workUnderWay ?? 0) }
     }
