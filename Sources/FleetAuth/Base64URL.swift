@@ -10,26 +10,7 @@ public enum Base64URL {
 
     public static func encode(_ bytes: some Sequence<UInt8>) -> String {
         let input = Array(bytes)
-        var output = [UInt8]()
-        output.reserveCapacity((input.count * 4 + 2) / 3)
-        func character(_ group: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int(group >> shift & 0x3F)] }
-        var index = 0
-        while index + 3 <= input.count {
-            let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
-            output.append(character(group, 18))
-            output.append(character(group, 12))
-            output.append(character(group, 6))
-            output.append(character(group, 0))
-            index += 3
-        }
-        let remaining = input.count - index
-        if remaining > 0 {
-            let group = UInt32(input[index]) << 16 | (remaining == 2 ? UInt32(input[index + 1]) << 8 : 0)
-            output.append(character(group, 18))
-            output.append(character(group, 12))
-            if remaining == 2 { output.append(character(group, 6)) }
-        }
-        return String(decoding: output, as: UTF8.self)
+        return String(unsafeUninitializedCapacity: encodedCount(input.count)) { encode(input[...], into: $0) }
     }
 
     public static func encode(_ string: String) -> String { encode(Array(string.utf8)) }

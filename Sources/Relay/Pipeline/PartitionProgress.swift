@@ -51,6 +51,11 @@ struct PartitionProgress {
         return max(0, last + 1 - (lastCommitted ?? first))
     }
 
+    /// The broker confirmed a commit of `offset`; an older answer arriving late changes nothing.
+    mutating func recordCommitted(_ offset: Int64) {
+        lastCommitted = max(lastCommitted ?? .min, offset)
+    }
+
     /// False for an offset already registered (a record fetched twice): it is skipped.
     mutating func register(_ offset: Int64, at now: ContinuousClock.Instant) -> Bool {
         if let last = lastRegistered, offset <= last { return false }

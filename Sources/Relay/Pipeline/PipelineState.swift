@@ -224,7 +224,7 @@ public struct PipelineState<Waiter> {
     /// A commit inside the revoke succeeded: the final commit then carries only what finished since.
     public mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
         for entry in offsets where partitions[entry.topicPartition]?.revoking == true {
-            partitions[entry.topicPartition]!.lastCommitted = max(partitions[entry.topicPartition]!.lastCommitted ?? .min, entry.offset)
+            partitions[entry.topicPartition]!.recordCommitted(entry.offset)
         }
     }
 
@@ -473,8 +473,7 @@ public struct PipelineState<Waiter> {
         } else {
             actions.committed = true
             for entry in order.offsets where partitions[entry.topicPartition]?.generation == order.generations[entry.topicPartition] {
-                let last = partitions[entry.topicPartition]!.lastCommitted ?? .min
-                partitions[entry.topicPartition]!.lastCommitted = max(last, entry.offset)
+                partitions[entry.topicPartition]!.recordCommitted(entry.offset)
             }
         }
         if !offsetsToCommit().isEmpty { scheduleCommit(now: now, &actions) }
