@@ -74,7 +74,7 @@ public final class RelayService: Service, Sendable {
     public var pendingRecords: Int { pipeline.read(\.unfinishedRecords) }
 
     /// The pipeline and the consumer in one line, for a test that timed out to say where work stands.
-    public var stateDescription: String {
+    var stateDescription: String {
         let consumer = consumerState.withLock { $0 }
         let pipeline = pipeline.read { state in
             "queued fixes \(state.queuedFixes), ready vehicles \(state.readyVehicles), requests in flight \(state.requestsInFlight), "

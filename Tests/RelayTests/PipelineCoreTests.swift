@@ -4,7 +4,7 @@ import FleetEngineEmulator
 import Foundation
 import JSON
 import Kafka
-import Relay
+@testable import Relay
 import Testing
 
 /// The pipeline core under routine production events: rebalances while fetching
@@ -42,7 +42,9 @@ extension IntegrationTests {
                 try await harness.waitUntilEverythingIsDelivered(generated, group: "relay")
             } catch {
                 let lost = harness.lostEvents(generated.events)
-                Issue.record("\(lost.count) fixes never arrived; relay: \(first.relay.stateDescription); \(first.relay.statistics.snapshot)")
+                let committed = try? await harness.committedOffsets(group: "relay")
+                let ends = try? await harness.endOffsets()
+                Issue.record("\(lost.count) fixes never arrived; committed \(String(describing: committed)), ends \(String(describing: ends)); relay: \(first.relay.stateDescription); \(first.relay.statistics.snapshot)")
                 throw error
             }
             try await first.stop()
