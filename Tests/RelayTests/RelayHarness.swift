@@ -69,7 +69,8 @@ final class RelayHarness: Sendable {
     /// for members that left before it completes a rebalance.
     var kafka: KafkaConfiguration {
         KafkaConfiguration(bootstrapServers: cluster.bootstrapServers,
-                           extra: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"])
+                           extra: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"].merging(
+                            ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_KAFKA_DEBUG"].map { ["debug": $0] } ?? [:]) { $1 })
     }
 
     func produce(_ records: [(key: [UInt8]?, value: [UInt8])]) async throws {
