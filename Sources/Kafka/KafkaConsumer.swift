@@ -46,16 +46,8 @@ public final class KafkaConsumer: Service, Sendable {
 
     private let client: RDKafkaClient
     private let context: ConsumerContext
-    private let control: Mutex<Control>
     private let pollThread: PollThread
     private let logger: Logger
-
-    private struct Control {
-        /// Every assigned partition paused (shutdown), whatever `pausedPartitions` says.
-        var pauseAll = false
-        /// The partitions the owner of flow control wants paused.
-        var pausedPartitions: Set<TopicPartition> = []
-    }
 
     public static let defaultProperties: [String: String] = [
         "enable.auto.commit": "false",
@@ -110,7 +102,6 @@ public final class KafkaConsumer: Service, Sendable {
         let client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.client = client
         self.context = context
-        self.control = Mutex(Control())
         intake.wakesPoll { [weak client] in client?.wakePoll() }  // weak: the client holds the intake through its context
         self.pollThread = PollThread(name: "kafka-consumer-poll") {
             intake.wake()
@@ -138,21 +129,20 @@ public final class KafkaConsumer: Service, Sendable {
     /// Stops fetching for every assigned partition, now and after any later assignment,
     /// for good (shutdown). Records already delivered are unaffected.
     public func pauseAll() {
-        control.withLock { $0.pauseAll = true }
+        context.control.withLock { $0.pauseAll = true }
         client.wakePoll()
     }
 
     /// The partitions to keep paused, replacing the previous wish. The poll thread applies
-    /// it to the current assignment, and again after every assignment change: librdkafka
-    /// keeps a partition's pause across rebalances, so each change is followed by an
-    /// explicit pause or resume of every assigned partition.
+    /// it to the current assignment, and sets every partition's pause again inside each
+    /// rebalance callback (see `ConsumerContext.rebalance`).
     public func setPaused(_ partitions: Set<TopicPartition>) {
-        control.withLock { $0.pausedPartitions = partitions }
+        context.control.withLock { $0.pausedPartitions = partitions }
         client.wakePoll()
     }
 
     /// The partitions the owner of flow control wants paused.
-    public var pauseWish: Set<TopicPartition> { control.withLock { $0.pausedPartitions } }
+    public var pauseWish: Set<TopicPartition> { context.control.withLock { $0.pausedPartitions } }
 
     /// Whether fetching is paused for any assigned partition now.
     public var isPaused: Bool { pausedPartitionCount > 0 }
@@ -163,6 +153,12 @@ public final class KafkaConsumer: Service, Sendable {
     /// Assigned partitions paused although the wish does not name them (the reader is behind,
     /// or the poll loop failed to apply the wish); zero once `pauseAll` is in force.
     public var pausedAgainstWish: Int { context.pausedAgainstWish.load(ordering: .relaxed) }
+
+    /// Seconds for which some partition has been paused against the wish without a break; 0 when none is.
+    public var secondsPausedAgainstWish: Double {
+        let since = context.pausedAgainstWishSinceUptimeNanoseconds.load(ordering: .relaxed)
+        return since == 0 ? 0 : Double(DispatchTime.now().uptimeNanoseconds &- since) / 1e9
+    }
 
     /// Seconds since the poll loop last came round; a large value means it is stuck.
     public var secondsSinceLastPoll: Double {
@@ -192,23 +188,18 @@ public final class KafkaConsumer: Service, Sendable {
     // MARK: Poll thread
 
     private func pollLoop() {
-        var applied: Set<TopicPartition> = []
         while pollThread.isPolling {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            let readerStalled = !context.intake.waitForDemand(timeout: Self.readerStallBeforePause)
-            let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
-            let assignment = context.assignment
-            let wanted = pauseAll || readerStalled ? assignment : wish.intersection(assignment)
-            if context.assignmentChanged {
-                context.assignmentChanged = false
-                applyPause(pause: wanted, resume: assignment.subtracting(wanted))
-                applied = wanted
-            } else if wanted != applied {
-                applyPause(pause: wanted.subtracting(applied), resume: applied.subtracting(wanted))
-                applied = wanted
+            context.readerStalled = !context.intake.waitForDemand(timeout: Self.readerStallBeforePause)
+            let wanted = context.wantedPaused(in: context.assignment)
+            let paused = context.paused
+            if wanted != paused {
+                applyPause(pause: wanted.subtracting(paused), resume: paused.subtracting(wanted))
+                context.paused = wanted
             }
-            context.pausedPartitionCount.store(applied.count, ordering: .relaxed)
-            context.pausedAgainstWish.store(pauseAll ? 0 : applied.subtracting(wish).count, ordering: .relaxed)
+            context.pausedPartitionCount.store(wanted.count, ordering: .relaxed)
+            let (pauseAll, wish) = context.control.withLock { ($0.pauseAll, $0.pausedPartitions) }
+            context.notePausedAgainstWish(pauseAll ? 0 : wanted.subtracting(wish).count)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
@@ -235,7 +226,15 @@ public final class KafkaConsumer: Service, Sendable {
     }
 }
 
-/// The consumer's callback state. Every member but `logger` and the atomics is
+/// What the owner of flow control wants paused; read by the poll thread.
+struct PauseControl {
+    /// Every assigned partition paused (shutdown), whatever `pausedPartitions` says.
+    var pauseAll = false
+    /// The partitions the owner of flow control wants paused.
+    var pausedPartitions: Set<TopicPartition> = []
+}
+
+/// The consumer's callback state. Every member but `logger`, `control` and the atomics is
 /// touched only on the poll thread.
 final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDKafkaStatisticsHandling,
     @unchecked Sendable {
@@ -249,9 +248,14 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     let onStatistics: @Sendable ([TopicPartition: PartitionStatistics]) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
     let pausedAgainstWish = Atomic<Int>(0)
+    /// When the current stretch of pauses against the wish began; 0 while there is none.
+    let pausedAgainstWishSinceUptimeNanoseconds = Atomic<UInt64>(0)
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
-    /// Set by the rebalance callback; the poll loop then applies the pause wish to the whole new assignment.
-    var assignmentChanged = false
+    let control = Mutex(PauseControl())
+    /// The reader did not want more records at the last round of the poll loop: every partition is paused.
+    var readerStalled = false
+    /// The assigned partitions paused in librdkafka, as this consumer set them.
+    var paused: Set<TopicPartition> = []
     /// The current assignment, as the rebalance callbacks changed it.
     var assignment: Set<TopicPartition> = []
     private var nextGeneration: UInt64 = 1
@@ -273,8 +277,24 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
 
     func generation(_ partition: TopicPartition) -> UInt64 { generations[partition] ?? 0 }
 
-    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> [TopicPartitionOffset] {
-        assignmentChanged = true
+    /// Called on every round of the poll loop: the count, and since when it has not been zero.
+    func notePausedAgainstWish(_ count: Int) {
+        pausedAgainstWish.store(count, ordering: .relaxed)
+        if count == 0 {
+            pausedAgainstWishSinceUptimeNanoseconds.store(0, ordering: .relaxed)
+        } else if pausedAgainstWishSinceUptimeNanoseconds.load(ordering: .relaxed) == 0 {
+            pausedAgainstWishSinceUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+        }
+    }
+
+    /// Which of `partitions` are to be paused now.
+    func wantedPaused(in partitions: Set<TopicPartition>) -> Set<TopicPartition> {
+        let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
+        return pauseAll || readerStalled ? partitions : wish.intersection(partitions)
+    }
+
+    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> RDKafkaRebalanceAnswer {
+        var answer = RDKafkaRebalanceAnswer()
         switch change {
         case .assign(let partitions):
             let generation = nextGeneration
@@ -283,14 +303,28 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
             assignment = cooperative ? assignment.union(partitions) : Set(partitions)
             logger.info("Kafka partitions assigned: \(partitions.map(\.description).joined(separator: ", "))")
             _ = rebalanceHandler(.assigned(partitions, generation: generation))
-            return []
         case .revoke(let partitions, let lost):
             logger.info("Kafka partitions \(lost ? "lost" : "revoked"): \(partitions.map(\.description).joined(separator: ", "))")
-            let final = rebalanceHandler(.revoked(partitions, lost: lost))
+            answer.commit = rebalanceHandler(.revoked(partitions, lost: lost))
             for partition in partitions { generations[partition] = nil }
             assignment = cooperative ? assignment.subtracting(partitions) : []
-            return final
+            // librdkafka keeps a pause across assignments: none is left behind for a later one.
+            answer.resume.formUnion(partitions)
         }
+        setPauses(of: assignment, &answer)
+        return answer
+    }
+
+    /// Every partition assigned after the change gets its pause set again, as the wish wants
+    /// it: a pause or resume the poll loop made while librdkafka began the rebalance may have
+    /// been dropped. One to be fetching is paused and resumed, which restarts its fetching from
+    /// the last record handed over (a lone resume of a partition that is not paused would restart
+    /// it from wherever librdkafka last set its position, which may be long ago).
+    private func setPauses(of partitions: Set<TopicPartition>, _ answer: inout RDKafkaRebalanceAnswer) {
+        let wanted = wantedPaused(in: partitions)
+        answer.pause.formUnion(partitions)
+        answer.resume.formUnion(partitions.subtracting(wanted))
+        paused = wanted
     }
 
     /// librdkafka also reports partitions it no longer fetches: only the assignment is handed on.

@@ -25,11 +25,16 @@ public final class OpsServer: Service, Sendable {
     private let server: HTTPServer
 
     /// Binds at once, so that a port in use stops startup instead of failing later.
-    /// - Parameter help: `# HELP` text per metric name (swift-metrics carries none).
+    /// - Parameters:
+    ///   - help: `# HELP` text per metric name (swift-metrics carries none).
+    ///   - beforeScrape: brings gauges read from the service's state up to date, so that a
+    ///     scrape shows them as of the scrape.
     public init(host: String, port: Int, registry: PrometheusCollectorRegistry, help: [String: String] = [:],
+                beforeScrape: @escaping @Sendable () async -> Void = {},
                 liveness: @escaping Checks, readiness: @escaping Checks) async throws {
         server = try await HTTPServer.start(host: host, port: port) { request in
-            Self.respond(to: request, registry: registry, help: help, liveness: liveness, readiness: readiness)
+            if request.path == "/metrics" { await beforeScrape() }
+            return Self.respond(to: request, registry: registry, help: help, liveness: liveness, readiness: readiness)
         }
     }
 

@@ -8,11 +8,11 @@ import Synchronization
 /// The relay's gauges of partitions and tokens. Each assigned partition has its series from
 /// the assignment on, at 0 until known, and loses them with its revoke. Lag and committed
 /// offsets come with librdkafka's statistics (no query to the broker); the age of the oldest
-/// unfinished record, paused partitions and the token cache's counts are refreshed every few
-/// seconds from the relay's own state.
+/// unfinished record, paused partitions and the token cache's counts are read from the relay's
+/// own state before each scrape.
 ///
 /// Threading: every method may be called from any thread (the poll thread for assignments,
-/// revokes and statistics; the refresh task for the rest).
+/// revokes and statistics; the ops endpoint's scrape for the rest).
 final class RelayGauges: Sendable {
     private let pausedPartitions = Gauge(label: "fleet_relay_paused_partitions")
     private let tokenCacheSize = Gauge(label: "fleet_relay_token_cache_size")

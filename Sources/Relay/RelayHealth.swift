@@ -25,8 +25,8 @@ public final class RelayHealth: Sendable {
         var fleetEngineFailure: (cause: String, detail: String)?
         var signerFailingSince: ContinuousClock.Instant?
         var lastPollAge: @Sendable () -> Double = { 0 }
-        /// Since when partitions are paused that flow control does not want paused.
-        var unwishedPauseSince: ContinuousClock.Instant?
+        /// For how long partitions have been paused that flow control does not want paused.
+        var unwishedPauseAge: @Sendable () -> Double = { 0 }
         var deadLetterFailure: DeadLetterFailure?
     }
 
@@ -52,8 +52,14 @@ public final class RelayHealth: Sendable {
         self.logger = logger
     }
 
-    func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double) {
-        state.withLock { $0.lastPollAge = secondsSinceLastPoll }
+    /// The consumer's poll loop, read at each probe: when it last came round, and for how long
+    /// it has kept partitions paused against flow control's wish.
+    public func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double,
+                              secondsPausedAgainstWish: @escaping @Sendable () -> Double) {
+        state.withLock { state in
+            state.lastPollAge = secondsSinceLastPoll
+            state.unwishedPauseAge = secondsPausedAgainstWish
+        }
     }
 
     func recordJoinedGroup() {
@@ -81,18 +87,6 @@ public final class RelayHealth: Sendable {
 
     func recordRecordsConsumed() {
         state.withLock { $0.consumeError = nil }
-    }
-
-    /// Whether more partitions are paused than flow control wants (for a moment that is
-    /// normal: a reader briefly behind, an assignment being applied).
-    public func recordPauseState(unwished: Bool, now: ContinuousClock.Instant = .now) {
-        state.withLock { state in
-            if !unwished {
-                state.unwishedPauseSince = nil
-            } else if state.unwishedPauseSince == nil {
-                state.unwishedPauseSince = now
-            }
-        }
     }
 
     /// Causes that no retry mends: a certificate the relay does not trust, a proxy that
@@ -152,12 +146,10 @@ public final class RelayHealth: Sendable {
 
     /// Liveness: the poll loop came round recently, and fetching is not paused against
     /// flow control's wish (a stuck process that only a restart mends).
-    public var liveness: [Check] { liveness(at: .now) }
-
-    public func liveness(at now: ContinuousClock.Instant) -> [Check] {
-        let (lastPollAge, unwishedPauseSince) = state.withLock { ($0.lastPollAge, $0.unwishedPauseSince) }
+    public var liveness: [Check] {
+        let (lastPollAge, unwishedPauseAge) = state.withLock { ($0.lastPollAge, $0.unwishedPauseAge) }
         let age = lastPollAge()
-        let unwishedPause = unwishedPauseSince.map { now - $0 } ?? .zero
+        let unwishedPause = Duration.seconds(unwishedPauseAge())
         return [
             Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds, detail: "last poll \(Int(age)) s ago"),
             Check(name: "flow_control", ok: unwishedPause <= Self.unwishedPauseLimit,
@@ -172,7 +164,7 @@ public final class RelayHealth: Sendable {
         let now = ContinuousClock.now
         let current = state.withLock { $0 }
         let signerFailing = current.signerFailingSince
-        return liveness(at: now) + [
+        return liveness + [
             groupCheck(current, now: now),
             consumeCheck(current, now: now),
             Check(name: "signer", ok: signerFailing.map { now - $0 <= maximumOutage } ?? true,

@@ -102,13 +102,14 @@ public final class RelayService: Service, Sendable {
             guard let self, !self.stopping.load(ordering: .relaxed) else { return }
             consumer?.setPaused(wish)
         }
-        health.watchPollLoop { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 }
+        health.watchPollLoop(secondsSinceLastPoll: { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 },
+                             secondsPausedAgainstWish: { [weak consumer] in consumer?.secondsPausedAgainstWish ?? 0 })
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
         await withDiscardingTaskGroup { consuming in
             consuming.addTask { await consumer.run() }
             await withDiscardingTaskGroup { background in
-                background.addTask { await self.housekeep(consumer) }
+                background.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
                 background.addTask { await self.tokens.runRefreshes() }
                 await withTaskGroup(of: Bool.self) { work in
                     work.addTask { await self.process(); return true }
@@ -329,17 +330,12 @@ public final class RelayService: Service, Sendable {
 
     /// The pipeline's deadlines (deferred vehicles, commits, forgetting idle vehicles) and the
     /// gauge refreshes: a slow broker delays the lag gauge, never a request or a commit.
-    private func housekeep(_ consumer: KafkaConsumer) async {
-        await withDiscardingTaskGroup { group in
-            group.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
-            group.addTask {
-                let gauges = self.gauges
-                repeat {
-                    self.health.recordPauseState(unwished: consumer.pausedAgainstWish > 0)
-                    await gauges.refresh(consumer: consumer, pipeline: self.pipeline, tokens: self.tokens)
-                } while (try? await Task.sleep(for: .seconds(5))) != nil
-            }
-        }
+    /// The gauges computed from the relay's state rather than kept up to date by each event:
+    /// the age of each partition's oldest unfinished record, paused partitions, the token
+    /// cache's figures. Called before each scrape, so they are as of the scrape.
+    public func refreshGauges() async {
+        guard let consumer = consumerState.withLock({ $0 }) else { return }
+        await gauges.refresh(consumer: consumer, pipeline: pipeline, tokens: tokens)
     }
 
     /// Stops fetching and starting requests, and waits for the requests and dead-letter

@@ -86,6 +86,7 @@ struct RunCommand: AsyncParsableCommand {
             let health = relay.health
             ops = try await OpsServer(
                 host: metricsHost, port: metricsPort, registry: registry, help: RelayMetricNames.help,
+                beforeScrape: { await relay.refreshGauges() },
                 liveness: { health.liveness.map(OpsServer.Check.init) },
                 readiness: { health.readiness.map(OpsServer.Check.init) })
         } catch {

@@ -1,7 +1,12 @@
+import Foundation
 @testable import HTTPServing
 import JSON
 import Prometheus
+import Synchronization
 import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 @testable import OpsServer
 
@@ -43,5 +48,23 @@ import Testing
         #expect(get("/").status == 404)
         #expect(get("/metrics/../secrets").status == 404)
         #expect(get("/metrics", method: "POST").status == 405)
+    }
+
+    /// Gauges read from a service's state are brought up to date by each scrape, not by a
+    /// timer: a scrape shows them as of the scrape, and nothing runs between scrapes.
+    @Test func everyScrapeBringsTheGaugesUpToDateFirst() async throws {
+        let scrapes = Mutex(0)
+        let gauge = registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "scrapes_seen", unitName: "", helpText: ""))
+        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: registry,
+                                      beforeScrape: { gauge.set(Double(scrapes.withLock { $0 += 1; return $0 })) },
+                                      liveness: { [] }, readiness: { [] })
+        func scrape(_ path: String = "/metrics") async throws -> String {
+            let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(ops.port)\(path)")!)
+            return String(decoding: data, as: UTF8.self)
+        }
+        #expect(try await scrape().contains("scrapes_seen 1.0"))
+        _ = try await scrape("/readyz")
+        #expect(try await scrape().contains("scrapes_seen 2.0"), "a probe is no scrape")
+        await ops.shutdown()
     }
 }

@@ -1,5 +1,6 @@
 @testable import Kafka
 import Logging
+import NIOCore
 import Synchronization
 import Testing
 
@@ -67,5 +68,42 @@ import Testing
             await consumer.close()
             try await group.waitForAll()
         }
+    }
+
+    /// librdkafka 2.0 drops a pause or resume that reaches a partition after an operation its
+    /// own thread created later (while it applies an assignment), so the consumer sets every
+    /// pause inside the rebalance callback, where librdkafka waits for it: a revoked partition
+    /// leaves no pause behind for a later assignment, and each partition assigned afterwards is
+    /// paused as wished, or paused and resumed so that it fetches whatever came before.
+    @Test func eachRebalanceSetsEveryPauseBeforeLibrdkafkaAppliesIt() {
+        let handOver = NIOAsyncSequenceProducer.makeSequence(
+            elementType: [KafkaRecord].self,
+            backPressureStrategy: NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark(lowWatermark: 1, highWatermark: 2),
+            finishOnDeinit: true, delegate: ConsumerIntake())
+        let context = ConsumerContext(logger: logger, intake: ConsumerIntake(), source: handOver.source,
+                                      rebalanceHandler: { _ in [] }, committedOnRevoke: { _ in }, consumeError: { _ in },
+                                      statistics: { _ in })
+        let (p0, p1, p2) = (TopicPartition(topic: "t", partition: 0), TopicPartition(topic: "t", partition: 1),
+                            TopicPartition(topic: "t", partition: 2))
+        context.control.withLock { $0.pausedPartitions = [p0] }
+
+        let eagerAssign = context.rebalance(.assign([p0, p1]), cooperative: false)
+        #expect(eagerAssign.pause == [p0, p1] && eagerAssign.resume == [p1])
+        #expect(context.paused == [p0])
+
+        let eagerRevoke = context.rebalance(.revoke([p0, p1], lost: false), cooperative: false)
+        #expect(eagerRevoke.pause.isEmpty && eagerRevoke.resume == [p0, p1], "no pause outlives the assignment")
+        #expect(context.paused.isEmpty)
+
+        _ = context.rebalance(.assign([p0, p1]), cooperative: true)
+        let cooperativeAssign = context.rebalance(.assign([p2]), cooperative: true)
+        #expect(cooperativeAssign.pause == [p0, p1, p2] && cooperativeAssign.resume == [p1, p2],
+                "the partitions kept get their pause set again too")
+        context.control.withLock { $0.pausedPartitions = [p1] }
+        let cooperativeRevoke = context.rebalance(.revoke([p0], lost: true), cooperative: true)
+        #expect(cooperativeRevoke.pause == [p1, p2] && cooperativeRevoke.resume == [p0, p2])
+        #expect(context.paused == [p1])
+        context.control.withLock { $0.pauseAll = true }
+        #expect(context.rebalance(.assign([p0]), cooperative: true).resume.isEmpty, "shutdown keeps every partition paused")
     }
 }

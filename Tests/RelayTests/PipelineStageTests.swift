@@ -74,15 +74,16 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
     /// briefly behind); for longer than the limit they mean a stuck process.
     @Test func partitionsPausedAgainstTheWishTooLongMakeTheProcessUnhealthy() throws {
         let health = RelayHealth()
-        let start = ContinuousClock.now
-        func flowControl(at now: ContinuousClock.Instant) throws -> RelayHealth.Check {
-            try #require(health.liveness(at: now).first { $0.name == "flow_control" })
+        let pausedFor = Mutex(0.0)
+        health.watchPollLoop(secondsSinceLastPoll: { 0 }, secondsPausedAgainstWish: { pausedFor.withLock { $0 } })
+        func flowControl(pausedForSeconds seconds: Double) throws -> RelayHealth.Check {
+            pausedFor.withLock { $0 = seconds }
+            return try #require(health.liveness.first { $0.name == "flow_control" })
         }
-        health.recordPauseState(unwished: true, now: start)
-        #expect(try flowControl(at: start + RelayHealth.unwishedPauseLimit).ok)
-        #expect(try !flowControl(at: start + RelayHealth.unwishedPauseLimit + .seconds(1)).ok)
-        health.recordPauseState(unwished: false, now: start + .seconds(40))
-        #expect(try flowControl(at: start + .seconds(41)).ok)
+        let limit = Double(RelayHealth.unwishedPauseLimit.components.seconds)
+        #expect(try flowControl(pausedForSeconds: limit).ok)
+        #expect(try !flowControl(pausedForSeconds: limit + 1).ok)
+        #expect(try flowControl(pausedForSeconds: 0).ok)
     }
 }
 

@@ -334,7 +334,18 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
     // MARK: Callbacks
 
     /// Runs on the consumer's poll thread before librdkafka applies an assignment change:
-    /// the owner decides what to commit before a revoke, then the change is applied here.
+    /// the owner decides what to commit before a revoke and how each partition's pause must
+    /// stand, then the change is applied here.
+    ///
+    /// The pauses are set here, before the (un)assign call, because only here no pause or
+    /// resume can be lost. librdkafka 2.0 numbers each pause, resume, fetch start and stop of a
+    /// partition as it creates it and drops one that reaches the partition after a newer one
+    /// (an "outdated op"). Its own thread creates such operations while it applies an
+    /// assignment (a resume when the assign call arrives, another resume and the fetch start
+    /// once the committed offsets came back), so an application pause or resume created just
+    /// before them but queued just after is dropped: a partition whose pause survived from an
+    /// earlier assignment then stays paused for good. Here librdkafka waits for this callback,
+    /// and each pause or resume is answered before the next is made.
     private static let rebalanceCallback: @convention(c) (
         OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
     ) -> Void = { handle, code, list, _ in
@@ -343,15 +354,17 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         let partitions = RDKafkaTopicPartitionList.entries(list).map(\.topicPartition)
         switch code {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-            owner.rebalance(.assign(partitions), cooperative: cooperative)
+            let answer = owner.rebalance(.assign(partitions), cooperative: cooperative)
+            setPauses(handle, answer)
             let failed = cooperative
                 ? rd_kafka_incremental_assign(handle, list).map { rd_kafka_error_destroy($0) } != nil
                 : rd_kafka_assign(handle, list) != RD_KAFKA_RESP_ERR_NO_ERROR
             if failed { owner.logger.error("Kafka assign failed for \(partitions)") }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             let lost = rd_kafka_assignment_lost(handle) != 0
-            let final = owner.rebalance(.revoke(partitions, lost: lost), cooperative: cooperative)
-            if !lost, !final.isEmpty { commitBeforeRevoke(handle, final, owner) }
+            let answer = owner.rebalance(.revoke(partitions, lost: lost), cooperative: cooperative)
+            if !lost, !answer.commit.isEmpty { commitBeforeRevoke(handle, answer.commit, owner) }
+            setPauses(handle, answer)
             if cooperative {
                 if let error = rd_kafka_incremental_unassign(handle, list) { rd_kafka_error_destroy(error) }
             } else {
@@ -359,11 +372,22 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
             }
         default:
             owner.logger.error("Kafka rebalance error: \(RDKafkaConfig.errorName(code))")
-            owner.rebalance(.revoke(partitions, lost: true), cooperative: false)
+            setPauses(handle, owner.rebalance(.revoke(partitions, lost: true), cooperative: false))
             rd_kafka_assign(handle, nil)
         }
-        // The poll returns now, so that its loop applies the pause wish to the new assignment at once.
+        // The poll returns now, so that its loop applies any later change of the pause wish at once.
         rd_kafka_yield(handle)
+    }
+
+    /// Pauses, then resumes (a partition in both is paused and resumed: its fetching restarts
+    /// from the last record handed to the application, whatever librdkafka held before).
+    private static func setPauses(_ handle: OpaquePointer, _ answer: RDKafkaRebalanceAnswer) {
+        for (partitions, call) in [(answer.pause, rd_kafka_pause_partitions), (answer.resume, rd_kafka_resume_partitions)]
+        where !partitions.isEmpty {
+            let list = RDKafkaTopicPartitionList.make(partitions.sorted())
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            _ = call(handle, list)
+        }
     }
 
     private static func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset],
@@ -414,11 +438,19 @@ enum RDKafkaRebalance {
     case revoke([TopicPartition], lost: Bool)
 }
 
+/// What a consumer does inside a rebalance callback, before librdkafka applies the change.
+struct RDKafkaRebalanceAnswer {
+    /// For a revoke: the offsets to commit before the partitions go (ignored when they were lost).
+    var commit: [TopicPartitionOffset] = []
+    /// Partitions to pause, then partitions to resume; a partition in both restarts its fetching.
+    var pause: Set<TopicPartition> = []
+    var resume: Set<TopicPartition> = []
+}
+
 /// A consumer context that takes part in rebalances.
 protocol RDKafkaRebalanceHandling: RDKafkaClientContext {
-    /// Returns, for a revoke, the offsets to commit before the partitions go (ignored when lost).
-    @discardableResult
-    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> [TopicPartitionOffset]
+    /// What to do before librdkafka applies the change.
+    func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> RDKafkaRebalanceAnswer
     /// The commit before a revoke ended; `failure` says why it did not succeed.
     func committedBeforeRevoke(_ offsets: [TopicPartitionOffset], failure: String?)
 }
