@@ -32,6 +32,8 @@ let package = Package(
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
         ),
+        // glibc's mallopt, to limit the allocator's arenas.
+        .systemLibrary(name: "CMalloc"),
         // RS256 through the system's libcrypto (libssl-dev): no second BoringSSL build.
         .target(
             name: "CRSAShim",
@@ -48,7 +50,7 @@ let package = Package(
         ),
         .target(
             name: "FleetAuth",
-            dependencies: ["CRSAShim", "JSON"]
+            dependencies: ["CRSAShim", "JSON", .product(name: "OrderedCollections", package: "swift-collections")]
         ),
         // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, and the
         // HTTP/2 transport to Fleet Engine.
@@ -109,6 +111,7 @@ let package = Package(
                 "JSON", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -138,7 +141,7 @@ let package = Package(
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
+                "CMalloc", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
                 "FleetSimulator", "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
