@@ -1,3 +1,5 @@
+import OrderedCollections
+
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.
 ///
 /// - Single flight: concurrent requests for one vehicle share one mint (the first
@@ -63,7 +65,9 @@ public actor TokenCache {
     private let clock: EpochClock
     private let warn: @Sendable (String) -> Void
     private var warnedAboutShortLifetime = false
-    private var slots: [VehicleIdentity: Slot] = [:]
+    /// Slots stored densely beside a compact hash table of their positions (a `Dictionary` would
+    /// keep every slot in its buckets, most of them empty); their order means nothing.
+    private var slots: OrderedDictionary<VehicleIdentity, Slot> = [:]
     /// The header of the token stored last, which the next token of the same signer shares.
     private var sharedHeader: String?
     private var uses: UInt64 = 0
@@ -267,8 +271,11 @@ public actor TokenCache {
 
     /// Forgets a slot; callers waiting on it look again.
     private func removeSlot(_ key: VehicleIdentity) {
-        var removed = slots.removeValue(forKey: key)
-        removed?.waiters.resumeAll(.lookAgain)
+        guard let index = slots.index(forKey: key) else { return }
+        // The last slot takes its place: removing from the middle would move every slot after it.
+        slots.swapAt(index, slots.count - 1)
+        var removed = slots.removeLast().value
+        removed.waiters.resumeAll(.lookAgain)
     }
 
     /// The configured margin, or a third of the token's lifetime when that is shorter.
