@@ -21,31 +21,33 @@ public enum Base64URL {
     /// Writes `bytes` encoded at the start of `output` (at least `encodedCount` long); returns
     /// how many characters it wrote.
     public static func encode(_ bytes: ArraySlice<UInt8>, into output: UnsafeMutableBufferPointer<UInt8>) -> Int {
-        bytes.withUnsafeBufferPointer { input in
-            alphabet.withUnsafeBufferPointer { alphabet in
-                func character(_ group: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int(group >> shift & 0x3F)] }
-                var (index, written) = (0, 0)
-                while index + 3 <= input.count {
-                    let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
-                    output[written] = character(group, 18)
-                    output[written + 1] = character(group, 12)
-                    output[written + 2] = character(group, 6)
-                    output[written + 3] = character(group, 0)
-                    (index, written) = (index + 3, written + 4)
-                }
-                let remaining = input.count - index
-                if remaining > 0 {
-                    let group = UInt32(input[index]) << 16 | (remaining == 2 ? UInt32(input[index + 1]) << 8 : 0)
-                    output[written] = character(group, 18)
-                    output[written + 1] = character(group, 12)
-                    written += 2
-                    if remaining == 2 {
-                        output[written] = character(group, 6)
-                        written += 1
-                    }
-                }
-                return written
+        bytes.withUnsafeBufferPointer { encode($0, into: output) }
+    }
+
+    public static func encode(_ input: UnsafeBufferPointer<UInt8>, into output: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        alphabet.withUnsafeBufferPointer { alphabet in
+            func character(_ group: UInt32, _ shift: UInt32) -> UInt8 { alphabet[Int(group >> shift & 0x3F)] }
+            var (index, written) = (0, 0)
+            while index + 3 <= input.count {
+                let group = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+                output[written] = character(group, 18)
+                output[written + 1] = character(group, 12)
+                output[written + 2] = character(group, 6)
+                output[written + 3] = character(group, 0)
+                (index, written) = (index + 3, written + 4)
             }
+            let remaining = input.count - index
+            if remaining > 0 {
+                let group = UInt32(input[index]) << 16 | (remaining == 2 ? UInt32(input[index + 1]) << 8 : 0)
+                output[written] = character(group, 18)
+                output[written + 1] = character(group, 12)
+                written += 2
+                if remaining == 2 {
+                    output[written] = character(group, 6)
+                    written += 1
+                }
+            }
+            return written
         }
     }
 

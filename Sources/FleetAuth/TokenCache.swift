@@ -68,8 +68,8 @@ public actor TokenCache {
     /// Slots stored densely beside a compact hash table of their positions (a `Dictionary` would
     /// keep every slot in its buckets, most of them empty); their order means nothing.
     private var slots: OrderedDictionary<VehicleIdentity, Slot> = [:]
-    /// The header of the token stored last, which the next token of the same signer shares.
-    private var sharedHeader: String?
+    /// What the token stored last shares, for the next token of the same signer to share.
+    private var sharedPart: SharedTokenPart?
     private var uses: UInt64 = 0
     private var refreshesOrdered: UInt64 = 0
     private var refresherRunning = false
@@ -259,8 +259,8 @@ public actor TokenCache {
     private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
         guard slots[key] != nil else { return }
         let margin = margin(forLifetime: token.expiresAt - clock())
-        let stored = StoredToken(token, sharedHeader: sharedHeader)
-        sharedHeader = stored.header ?? sharedHeader
+        let stored = StoredToken(token, sharing: sharedPart)
+        sharedPart = stored.shared ?? sharedPart
         slots[key]!.entry = .ready(stored)
         slots[key]!.failures = 0
         slots[key]!.marginSeconds = margin

@@ -3,16 +3,29 @@ import Testing
 
 /// The cache keeps tokens decoded; what it hands out must be the issued text, byte for byte.
 @Suite struct StoredTokenTests {
-    @Test func anRS256TokenComesBackAsIssuedAndSharesTheHeaderOfTheOneBefore() async throws {
+    @Test func anRS256TokenComesBackAsIssuedAndSharesTheStartOfTheOneBefore() async throws {
         let signer = LocalKeySigner(key: TestKeys.key)
         let first = try await signer.mint(for: VehicleIdentity(kind: .vehicle, id: "veh-1"))
         let second = try await signer.mint(for: VehicleIdentity(kind: .deliveryVehicle, id: "veh-2"))
-        let storedFirst = StoredToken(first, sharedHeader: nil)
-        let storedSecond = StoredToken(second, sharedHeader: storedFirst.header)
+        let storedFirst = StoredToken(first, sharing: nil)
+        let storedSecond = StoredToken(second, sharing: storedFirst.shared)
         #expect(storedFirst.text == first.token)
         #expect(storedSecond.text == second.token)
         #expect(storedSecond.expiresAt == second.expiresAt)
-        #expect(storedFirst.header == String(first.token.prefix { $0 != "." }))
+        let shared = try #require(storedFirst.shared)
+        #expect(storedSecond.shared === shared, "issuer, subject and audience are kept once")
+        #expect(shared.header == String(first.token.prefix { $0 != "." }))
+    }
+
+    /// A token of another signer, or with little in common, starts a shared part of its own.
+    @Test func aTokenWithLittleInCommonSharesNothing() async throws {
+        let first = try await LocalKeySigner(key: TestKeys.key).mint(for: VehicleIdentity(kind: .vehicle, id: "veh-1"))
+        let storedFirst = StoredToken(first, sharing: nil)
+        let other = "e30.eyJ4IjoxfQ.c2ln"  // {} . {"x":1} . "sig"
+        let storedOther = StoredToken(VehicleToken(token: other, expiresAt: 60), sharing: storedFirst.shared)
+        #expect(storedOther.text == other)
+        let otherShared = try #require(storedOther.shared, "kept decoded")
+        #expect(otherShared !== storedFirst.shared)
     }
 
     @Test(arguments: [
@@ -25,7 +38,8 @@ import Testing
         "",
     ])
     func anythingElseIsKeptAsItCame(token: String) {
-        let stored = StoredToken(VehicleToken(token: token, expiresAt: 60), sharedHeader: "e30")
+        let stored = StoredToken(VehicleToken(token: token, expiresAt: 60),
+                                 sharing: SharedTokenPart(header: "e30", payloadStart: Array("{}".utf8)))
         #expect(stored.text == token)
     }
 
