@@ -109,6 +109,7 @@ public final class RelayService: Service, Sendable {
         await withDiscardingTaskGroup { consuming in
             consuming.addTask { await consumer.run() }
             await withDiscardingTaskGroup { background in
+                // The pipeline's deadlines: deferred vehicles, commits, forgetting idle vehicles.
                 background.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
                 background.addTask { await self.tokens.runRefreshes() }
                 await withTaskGroup(of: Bool.self) { work in
@@ -328,8 +329,6 @@ public final class RelayService: Service, Sendable {
         }
     }
 
-    /// The pipeline's deadlines (deferred vehicles, commits, forgetting idle vehicles) and the
-    /// gauge refreshes: a slow broker delays the lag gauge, never a request or a commit.
     /// The gauges computed from the relay's state rather than kept up to date by each event:
     /// the age of each partition's oldest unfinished record, paused partitions, the token
     /// cache's figures. Called before each scrape, so they are as of the scrape.
