@@ -32,7 +32,7 @@ let package = Package(
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
         ),
-        // glibc's mallopt, to limit the allocator's arenas.
+        // glibc's mallopt, to tune the allocator.
         .systemLibrary(name: "CMalloc"),
         // RS256 through the system's libcrypto (libssl-dev): no second BoringSSL build.
         .target(

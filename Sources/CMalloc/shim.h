@@ -1,4 +1,4 @@
-// glibc's allocator tuning (mallopt), for the relay's arena limit.
+// glibc's allocator tuning (mallopt): the relay fixes the mmap threshold.
 #if defined(__linux__)
 #include <malloc.h>
 #endif

@@ -18,7 +18,7 @@ enum FleetRelayVersion {
 @main
 enum FleetRelayMain {
     static func main() async {
-        MallocArenas.limit(environment: ProcessInfo.processInfo.environment)
+        MallocTuning.apply(environment: ProcessInfo.processInfo.environment)
         let subcommands: [String: any ParsableCommand.Type] = [
             "run": RunCommand.self, "replay": ReplayCommand.self, "token": TokenCommand.self, "demo": DemoCommand.self, "emulator": EmulatorCommand.self, "simulate": SimulateCommand.self, "mapping": MappingCommand.self,
         ]
