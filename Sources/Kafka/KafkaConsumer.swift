@@ -191,15 +191,14 @@ public final class KafkaConsumer: Service, Sendable {
         while pollThread.isPolling {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             context.readerStalled = !context.intake.waitForDemand(timeout: Self.readerStallBeforePause)
-            let wanted = context.wantedPaused(in: context.assignment)
+            let (wanted, againstWish) = context.pauses(in: context.assignment)
             let paused = context.paused
             if wanted != paused {
                 applyPause(pause: wanted.subtracting(paused), resume: paused.subtracting(wanted))
                 context.paused = wanted
             }
             context.pausedPartitionCount.store(wanted.count, ordering: .relaxed)
-            let (pauseAll, wish) = context.control.withLock { ($0.pauseAll, $0.pausedPartitions) }
-            context.notePausedAgainstWish(pauseAll ? 0 : wanted.subtracting(wish).count)
+            context.notePausedAgainstWish(againstWish)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
@@ -287,10 +286,12 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
         }
     }
 
-    /// Which of `partitions` are to be paused now.
-    func wantedPaused(in partitions: Set<TopicPartition>) -> Set<TopicPartition> {
+    /// Which of `partitions` are to be paused now, and how many of those the owner of flow
+    /// control does not want paused (the reader is behind; none once `pauseAll` is in force).
+    func pauses(in partitions: Set<TopicPartition>) -> (wanted: Set<TopicPartition>, againstWish: Int) {
         let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
-        return pauseAll || readerStalled ? partitions : wish.intersection(partitions)
+        if pauseAll { return (partitions, 0) }
+        return readerStalled ? (partitions, partitions.subtracting(wish).count) : (wish.intersection(partitions), 0)
     }
 
     func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> RDKafkaRebalanceAnswer {
@@ -321,7 +322,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     /// the last record handed over (a lone resume of a partition that is not paused would restart
     /// it from wherever librdkafka last set its position, which may be long ago).
     private func setPauses(of partitions: Set<TopicPartition>, _ answer: inout RDKafkaRebalanceAnswer) {
-        let wanted = wantedPaused(in: partitions)
+        let wanted = pauses(in: partitions).wanted
         answer.pause.formUnion(partitions)
         answer.resume.formUnion(partitions.subtracting(wanted))
         paused = wanted

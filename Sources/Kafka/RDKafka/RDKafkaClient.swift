@@ -142,6 +142,10 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
     /// Commits the offsets and waits for the broker's answer; nil when committed, else why not.
     /// For the poll thread inside a revoke only, where waiting is what must happen.
     func commitAndWait(_ offsets: [TopicPartitionOffset]) -> String? {
+        Self.commitAndWait(handle, offsets)
+    }
+
+    private static func commitAndWait(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset]) -> String? {
         let list = RDKafkaTopicPartitionList.make(offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let result = rd_kafka_commit(handle, list, 0)
@@ -392,11 +396,7 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
 
     private static func commitBeforeRevoke(_ handle: OpaquePointer, _ offsets: [TopicPartitionOffset],
                                            _ owner: any RDKafkaRebalanceHandling) {
-        let list = RDKafkaTopicPartitionList.make(offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let result = rd_kafka_commit(handle, list, 0)
-        let failure = result != RD_KAFKA_RESP_ERR_NO_ERROR ? RDKafkaConfig.errorName(result) : RDKafkaTopicPartitionList.firstError(list)
-        owner.committedBeforeRevoke(offsets, failure: failure)
+        owner.committedBeforeRevoke(offsets, failure: commitAndWait(handle, offsets))
     }
 
     private static let deliveryCallback: @convention(c) (
