@@ -34,10 +34,15 @@ public final class RelayService: Service, Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
     private let drained = Atomic<Bool>(false)
+    /// Hands memory freed by a drained burst back to the system (the allocator's business).
+    private let releaseFreedMemory: @Sendable () -> Void
 
+    /// `releaseFreedMemory` runs once each time a burst of unfinished records (a cold start, a
+    /// backlog) has drained, on the thread that finished it.
     public init(configuration: RelayConfiguration, client: FleetEngineClient, tokens: TokenCache,
-                logger: Logger) throws(KafkaError) {
+                logger: Logger, releaseFreedMemory: @escaping @Sendable () -> Void = {}) throws(KafkaError) {
         self.configuration = configuration
+        self.releaseFreedMemory = releaseFreedMemory
         self.logger = logger
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
@@ -258,6 +263,10 @@ public final class RelayService: Service, Sendable {
         if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
         if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
         if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
+        if actions.burstDrained {
+            let took = ContinuousClock().measure(releaseFreedMemory)
+            logger.debug("A burst of records drained: freed memory handed back to the system in \(took)")
+        }
         if let failure = actions.commitFailure {
             logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
         }

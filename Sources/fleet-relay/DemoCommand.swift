@@ -83,7 +83,8 @@ struct DemoCommand: AsyncParsableCommand {
         let relay = try RelayService(
             configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo",
                                               inputMapping: format == .native ? nil : BuiltInFormat(rawValue: format.rawValue)?.mapping),
-            client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger)
+            client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger,
+            releaseFreedMemory: MallocTuning.releaseFreedMemory)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let feeder = FleetFeeder(topic: topic, vehicles: vehicles, rate: rate ?? Double(vehicles), malformedShare: malformedShare,
                                  encoder: format)

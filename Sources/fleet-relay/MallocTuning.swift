@@ -21,4 +21,14 @@ enum MallocTuning {
         _ = mallopt(M_MMAP_THRESHOLD, mmapThreshold)
         #endif
     }
+
+    /// After a burst (a cold start, a backlog) the arenas hold what its records and requests
+    /// took, freed between the tokens that stay; `malloc_trim` returns those free pages in
+    /// every arena to the system: at 100,000 vehicles 123 MB resident after a cold start
+    /// instead of 158–163 MB, for 4–11 ms once per burst.
+    @Sendable static func releaseFreedMemory() {
+        #if os(Linux)
+        _ = malloc_trim(0)
+        #endif
+    }
 }

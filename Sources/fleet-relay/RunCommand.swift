@@ -67,7 +67,8 @@ struct RunCommand: AsyncParsableCommand {
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay: RelayService
         do {
-            relay = try RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger)
+            relay = try RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger,
+                                     releaseFreedMemory: MallocTuning.releaseFreedMemory)
         } catch {
             await client.shutdown()
             throw StartupError(error.message)

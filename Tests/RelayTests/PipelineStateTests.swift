@@ -397,6 +397,46 @@ import Testing
         #expect(core.pauseWish == [core.partition(0)], "5 of a share of 4")
     }
 
+    /// A cold start or a backlog leaves its freed memory in the allocator: the state reports
+    /// once when a burst of unfinished records has drained, and never for the steady trickle.
+    @Test func aDrainedBurstIsReportedOnceAndATrickleNever() throws {
+        let core = Core(limits: .init(maximumPendingRecords: 5_000), partitions: [0, 1])
+        #expect(core.state.limits.burstRecords == 1_000)
+        var drained = 0
+        func finish(_ requests: some Sequence<CoalescedRequest>) {
+            for request in requests where core.complete(request, .accepted).burstDrained { drained += 1 }
+        }
+        func finishEverything() {
+            while let request = core.request() { finish([request]) }
+        }
+        core.consume((0..<999).map { core.fix("v\($0 % 9)", at: Int64($0), offset: Int64($0)) })
+        finishEverything()
+        #expect(drained == 0 && core.state.unfinishedRecords == 0, "999 unfinished at most: no burst")
+
+        // 1,000 records of ten vehicles, 100 each: five vehicles on each partition.
+        core.consume((0..<1_000).map {
+            core.fix("w\($0 % 10)", at: Int64($0), offset: 999 + Int64($0 / 2), partition: Int32($0 % 2))
+        })
+        #expect(core.state.unfinishedRecords == 1_000)
+        let requests = (0..<10).compactMap { _ in core.request() }
+        let onPartition0 = requests.filter { $0.sources[0].topicPartition == core.partition(0) }
+        #expect(requests.count == 10 && onPartition0.count == 5)
+        finish(onPartition0.prefix(3))
+        #expect(drained == 0 && core.state.unfinishedRecords == 700)
+        core.state.beginRevoke([core.partition(1)])
+        let revoked = core.state.finishRevoke([core.partition(1)])
+        core.observe(revoked.actions)
+        #expect(core.state.unfinishedRecords == 200, "a revoked partition's records are no longer the relay's")
+        #expect(!revoked.actions.burstDrained && drained == 0)
+        finish(onPartition0.dropFirst(3).prefix(1))
+        #expect(drained == 1, "down to a tenth of the burst")
+        finish(onPartition0.suffix(1))
+        core.consume((0..<999).map { core.fix("v\($0 % 9)", at: 1_000 + Int64($0), offset: 1_499 + Int64($0)) })
+        finishEverything()
+        #expect(drained == 1, "reported once, and the trickle after it is no burst")
+        #expect(core.state.unfinishedRecords == 0)
+    }
+
     @Test func vehiclesIdleForTheIdleLimitAreForgotten() throws {
         let core = Core(limits: .init(vehicleIdleLimit: .seconds(10)))
         #expect(core.state.timerWillSleep() == core.start + .seconds(5),

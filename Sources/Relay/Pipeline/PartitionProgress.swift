@@ -66,17 +66,20 @@ struct PartitionProgress {
     }
 
     /// Records finish roughly in consumption order, so the search mostly ends near the front.
-    mutating func finish(_ offset: Int64) {
+    /// False when the offset was not unfinished (finished before).
+    @discardableResult
+    mutating func finish(_ offset: Int64) -> Bool {
         var (low, high) = (0, unfinished.count - 1)
         while low <= high {
             let middle = (low + high) / 2
             let found = unfinished[middle].offset
             if found == offset {
                 unfinished.remove(at: middle)
-                return
+                return true
             }
             if found < offset { low = middle + 1 } else { high = middle - 1 }
         }
+        return false
     }
 
     /// How long the oldest unfinished record has waited (zero when none waits).

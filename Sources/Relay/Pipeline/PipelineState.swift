@@ -74,6 +74,10 @@ public struct PipelineLimits: Sendable {
     /// Time between commits: finished offsets are committed at most this often.
     public var commitInterval: Duration
 
+    /// Unfinished records from which the pipeline counts a burst: a fifth of the bound, at
+    /// least 1,000. The warm steady state holds far fewer (the records of a fetch round).
+    public var burstRecords: Int { max(1_000, maximumPendingRecords / 5) }
+
     public init(pastLocations: Int = Coalescer.defaultPastLimit, minimumInterval: Duration = .zero,
                 vehicleIdleLimit: Duration = defaultVehicleIdleLimit,
                 maximumPendingRecords: Int = defaultMaximumPendingRecords,
@@ -121,6 +125,9 @@ public struct PipelineActions<Waiter> {
     public var commit: CommitOrder?
     /// A commit succeeded.
     public var committed = false
+    /// A burst of unfinished records (a cold start, a backlog) has drained: what it allocated
+    /// is free, and the allocator may hand it back to the system.
+    public var burstDrained = false
     /// Why a commit failed (refused, or no answer in time); it is ordered again.
     public var commitFailure: String?
     fileprivate var pausing: [TopicPartition] = []
@@ -190,6 +197,10 @@ public struct PipelineState<Waiter> {
     /// The pause wish last handed out in the actions.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var announcedVehiclesFailing = 0
+    /// Unfinished records on all partitions, kept up to date rather than summed per event.
+    public private(set) var unfinishedRecords = 0
+    /// Unfinished records reached `burstRecords` and have not yet fallen to a tenth of it.
+    private var burstUnderWay = false
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
@@ -200,7 +211,10 @@ public struct PipelineState<Waiter> {
     // MARK: Partitions
 
     public mutating func assign(_ assigned: [TopicPartition], generation: UInt64) -> Actions {
-        for partition in assigned { partitions[partition] = PartitionProgress(generation: generation) }
+        for partition in assigned {
+            unfinishedRecords -= partitions.updateValue(PartitionProgress(generation: generation), forKey: partition)?
+                .unfinished.count ?? 0
+        }
         epoch += 1
         var actions = Actions()
         for partition in partitions.keys { updatePause(partition, &actions) }
@@ -238,8 +252,10 @@ public struct PipelineState<Waiter> {
 
     /// Forgets the partitions; returns their final commit offsets (those not yet committed).
     public mutating func finishRevoke(_ revoked: [TopicPartition]) -> (offsets: [TopicPartitionOffset], actions: Actions) {
-        let offsets = revoked.compactMap { partition in
-            partitions.removeValue(forKey: partition)?.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
+        let offsets = revoked.compactMap { partition -> TopicPartitionOffset? in
+            guard let progress = partitions.removeValue(forKey: partition) else { return nil }
+            unfinishedRecords -= progress.unfinished.count
+            return progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
         }
         var actions = Actions()
         for partition in partitions.keys { updatePause(partition, &actions) }
@@ -263,6 +279,7 @@ public struct PipelineState<Waiter> {
         for record in records {
             let source = record.source
             guard owns(source), partitions[source.topicPartition]!.register(source.offset, at: now) else { continue }
+            unfinishedRecords += 1
             actions.registered[source.topicPartition, default: 0] += 1
             switch record {
             case .fix(let fix):
@@ -529,7 +546,6 @@ public struct PipelineState<Waiter> {
     public var assignedPartitions: [TopicPartition] { partitions.keys.sorted() }
     public var pauseWish: Set<TopicPartition> { Set(partitions.filter(\.value.paused).keys) }
     public var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinished.count) }
-    public var unfinishedRecords: Int { partitions.values.reduce(0) { $0 + $1.unfinished.count } }
     public var uncommittedRecords: Int64 { partitions.values.reduce(0) { $0 + $1.uncommitted } }
     public var lastCommittedOffsets: [TopicPartition: Int64] { partitions.compactMapValues(\.lastCommitted) }
     public var vehicleCount: Int { lanes.count }
@@ -639,7 +655,7 @@ public struct PipelineState<Waiter> {
 
     private mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard partitions[source.topicPartition]?.generation == source.generation else { return }
-        partitions[source.topicPartition]!.finish(source.offset)
+        if partitions[source.topicPartition]!.finish(source.offset) { unfinishedRecords -= 1 }
         updatePause(source.topicPartition, &actions)
         scheduleCommit(now: now, &actions)
     }
@@ -677,11 +693,23 @@ public struct PipelineState<Waiter> {
         }
     }
 
+    /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
+    /// that is left: reported once, so that the memory it took can go back to the system.
+    private mutating func noteBurst(_ actions: inout Actions) {
+        if !burstUnderWay, unfinishedRecords >= limits.burstRecords {
+            burstUnderWay = true
+        } else if burstUnderWay, unfinishedRecords <= limits.burstRecords / 10 {
+            burstUnderWay = false
+            actions.burstDrained = true
+        }
+    }
+
     /// Completes an event's actions with the pause wish, when it differs from the last one
     /// handed out. After an assignment change it is handed out even when no partition flipped,
     /// so that a revoked partition's pause never lingers in the consumer's wish.
     private mutating func finished(_ actions: Actions, assignmentChanged: Bool = false) -> Actions {
         var actions = actions
+        noteBurst(&actions)
         if vehiclesFailing != announcedVehiclesFailing {
             announcedVehiclesFailing = vehiclesFailing
             actions.vehiclesFailing = vehiclesFailing
