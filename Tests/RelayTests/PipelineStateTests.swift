@@ -627,6 +627,67 @@ import Testing
         #expect(core.outages.last == .ended(lasted: .seconds(1)))
     }
 
+    // MARK: Replay: a window as the input
+
+    /// A replay's history goes out in as few requests as it fits in, oldest first: a vehicle
+    /// waits for a full request until the input ends, then sends what is left; then the
+    /// workers stop.
+    @Test func aHeldVehicleSendsFullRequestsAndTheRestWhenTheInputEnds() throws {
+        var limits = PipelineLimits(pastLocations: 2)
+        limits.holdsPartialRequests = true
+        let core = Core(limits: limits)
+        core.consume((0..<7).map { core.fix("a", at: 100 + Int64($0), offset: Int64($0)) }
+            + (7..<9).map { core.fix("b", at: 100 + Int64($0), offset: Int64($0)) })
+        var sent: [[Int64]] = []
+        func send(_ request: CoalescedRequest) {
+            sent.append((request.update.pastLocations + [request.update.lastLocation]).map(\.recordedAtMilliseconds))
+            core.complete(request, .accepted)
+        }
+        send(try #require(core.request()))
+        send(try #require(core.request()))
+        #expect(sent == [[100, 101, 102], [103, 104, 105]])
+        #expect(core.request() == nil, "a holds one fix and b two: less than a request each")
+        core.observe(core.state.endInput(now: core.now))
+        send(try #require(core.takeResumed().first))
+        send(try #require(core.request()))
+        #expect(Set(sent.suffix(2)) == [[106], [107, 108]])
+        #expect(core.request() == nil && core.state.waitingWorkers == 0, "nothing left: a worker is let go at once")
+        #expect(core.state.offsetsToCommit() == [core.offset(0, 9)])
+    }
+
+    /// Fetching that waits for records to finish must not wait for vehicles that wait for more.
+    @Test func heldVehiclesGoOutWhenFetchingPausesAndHoldAgainWhenItResumes() throws {
+        var limits = PipelineLimits(pastLocations: 5, maximumPendingRecords: 4)
+        limits.holdsPartialRequests = true
+        let core = Core(limits: limits)
+        core.consume((0..<3).map { core.fix("v\($0)", at: 1, offset: Int64($0)) })
+        #expect(core.request() == nil, "three vehicles hold a fix each")
+        core.consume([core.fix("v3", at: 1, offset: 3)])
+        #expect(core.pauseWish == [core.partition(0)])
+        var requests = core.takeResumed()
+        while let request = core.request() { requests.append(request) }
+        #expect(requests.count == 4, "the pause releases every held vehicle")
+        for request in requests { core.complete(request, .accepted) }
+        #expect(core.pauseWish.isEmpty)
+        core.consume([core.fix("v4", at: 1, offset: 4)])
+        #expect(core.request() == nil, "fetching resumed: vehicles wait for a full request again")
+    }
+
+    @Test func aReplayReadsTheLiveLocationBeforeEveryRequest() throws {
+        for everyRequest in [false, true] {
+            var limits = PipelineLimits()
+            limits.readsLiveLocationBeforeEveryRequest = everyRequest
+            let core = Core(limits: limits)
+            core.consume([core.fix("a", at: 1, offset: 0)])
+            let first = try #require(core.request())
+            #expect(first.liveCheckEpoch != nil)
+            core.complete(first, .accepted, liveChecked: true)
+            core.consume([core.fix("a", at: 2, offset: 1)])
+            let second = try #require(core.request())
+            #expect((second.liveCheckEpoch != nil) == everyRequest)
+        }
+    }
+
     // MARK: Shutdown
 
     @Test func closingIntakeReleasesWorkersOnceTheRequestsUnderWayEnded() throws {

@@ -73,6 +73,13 @@ public struct PipelineLimits: Sendable {
     public var retryDeadline: Duration?
     /// Time between commits: finished offsets are committed at most this often.
     public var commitInterval: Duration
+    /// A vehicle waits until it has a full request's worth of fixes (`pastLocations` + 1)
+    /// before it is sent, until the input ends or flow control pauses fetching: a replay's
+    /// history goes out in as few requests as it fits in.
+    public var holdsPartialRequests = false
+    /// Fleet Engine's live location is read before every request, not only a vehicle's first
+    /// after an assignment: a replay runs beside a live relay that moves vehicles on meanwhile.
+    public var readsLiveLocationBeforeEveryRequest = false
 
     /// Unfinished records from which the pipeline counts a burst: a fifth of the bound, at
     /// least 1,000. The warm steady state holds far fewer (the records of a fetch round).
@@ -201,11 +208,16 @@ public struct PipelineState<Waiter> {
     public private(set) var unfinishedRecords = 0
     /// Unfinished records reached `burstRecords` and have not yet fallen to a tenth of it.
     private var burstUnderWay = false
+    /// No more records will come (`endInput`): what is queued goes out, then workers stop.
+    private var inputEnded = false
+    /// Vehicles with less than a full request wait for more fixes (`holdsPartialRequests`).
+    private var holdingPartialRequests: Bool
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
         self.nextSweep = now + limits.vehicleIdleLimit / 2
         self.timerDeadline = nextSweep
+        self.holdingPartialRequests = limits.holdsPartialRequests
     }
 
     // MARK: Partitions
@@ -295,6 +307,7 @@ public struct PipelineState<Waiter> {
             }
         }
         for partition in actions.registered.keys { updatePause(partition, &actions) }
+        updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)
         return finished(actions)
     }
@@ -433,6 +446,17 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
+    /// No more records will come (a replay reached the end of its window): vehicles holding
+    /// less than a full request are sent, and once nothing is queued, deferred or under way,
+    /// the workers are released. Nothing is dropped.
+    public mutating func endInput(now: ContinuousClock.Instant) -> Actions {
+        inputEnded = true
+        var actions = Actions()
+        updateHolding(now: now, &actions)
+        serveWaiters(now: now, &actions)
+        return finished(actions)
+    }
+
     // MARK: Deadlines
 
     /// The next moment something is due: a deferred vehicle, or forgetting idle vehicles. The
@@ -565,6 +589,7 @@ public struct PipelineState<Waiter> {
     private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index, now: ContinuousClock.Instant,
                                    _ actions: inout Actions) {
         guard lanes.values[lane].wantsScheduling else { return }
+        if holdingPartialRequests, lanes.values[lane].queued.count <= limits.pastLocations { return }
         if limits.minimumInterval > .zero, let lastEnded = lanes.values[lane].lastRequestEndedAt,
            now < lastEnded + limits.minimumInterval {
             deferVehicle(vehicle, at: lane, until: lastEnded + limits.minimumInterval, &actions)
@@ -606,7 +631,9 @@ public struct PipelineState<Waiter> {
                 setRetry(nil, at: lane)  // nothing left to retry
                 continue
             }
-            if lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+            if limits.readsLiveLocationBeforeEveryRequest || lanes.values[lane].verifiedEpoch != epoch {
+                request.liveCheckEpoch = epoch
+            }
             request.retryAttempts = Int(lanes.values[lane].retry?.attempts ?? 0)
             request.failingSince = lanes.values[lane].retry?.since
             lanes.values[lane].inFlight = true
@@ -628,7 +655,11 @@ public struct PipelineState<Waiter> {
         serveWaiters(now: now, &actions)
     }
 
-    private var isDrained: Bool { intakeClosed && requestsInFlight == 0 }
+    /// No request will come any more: intake closed and nothing is under way, or the input
+    /// ended and nothing is queued, deferred or under way.
+    private var isDrained: Bool {
+        requestsInFlight == 0 && (intakeClosed || (inputEnded && ready.isEmpty && deferred.isEmpty))
+    }
 
     private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
         while !waiters.isEmpty {
@@ -690,6 +721,23 @@ public struct PipelineState<Waiter> {
         } else if progress.paused, unfinished <= share / 2 {
             partitions[partition]!.paused = false
             actions.resuming.append(partition)
+            if limits.holdsPartialRequests, !inputEnded, !partitions.values.contains(where: \.paused) {
+                holdingPartialRequests = true
+            }
+        }
+    }
+
+    /// Vehicles wait for a full request only while the input flows and no partition is paused:
+    /// fetching that waits for records to finish must not wait for vehicles that wait for more
+    /// records. When holding stops, every held vehicle goes out; it resumes with the fetching.
+    private mutating func updateHolding(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        guard limits.holdsPartialRequests else { return }
+        let holding = !inputEnded && !partitions.values.contains(where: \.paused)
+        defer { holdingPartialRequests = holding }
+        guard holdingPartialRequests, !holding else { return }
+        holdingPartialRequests = false
+        for lane in lanes.values.indices where lanes.values[lane].wantsScheduling {
+            schedule(lanes.keys[lane], at: lane, now: now, &actions)
         }
     }
 
