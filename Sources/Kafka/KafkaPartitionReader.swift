@@ -69,6 +69,14 @@ public final class KafkaPartitionReader: Sendable {
         try await blockingCalls.run { () throws(KafkaError) in try self.client.assign(starts) }
     }
 
+    /// Stops fetching `pausing` and fetches `resuming` again; records already fetched still come.
+    public func pause(_ pausing: Set<TopicPartition>, resume resuming: Set<TopicPartition>) async throws {
+        try await blockingCalls.run { () throws(KafkaError) in
+            if !pausing.isEmpty { self.client.pause(pausing) }
+            if !resuming.isEmpty { self.client.resume(resuming) }
+        }
+    }
+
     /// Up to `maximum` records from the assigned partitions, and the partitions that
     /// reported reaching their end. Waits at most `timeout` for the first event.
     public func poll(maximum: Int = 1000, timeout: Duration = .milliseconds(500)) async throws

@@ -5,6 +5,7 @@ public enum RelayMetricNames {
         "fleet_relay_records_consumed_total": "Records consumed from Kafka, by topic and partition.",
         "fleet_relay_consume_errors_total": "Errors Kafka answered instead of records (unknown or unauthorized topic, fatal client error), by error.",
         "fleet_relay_schema_registry_errors_total": "Schema Registry lookups that failed (unreachable, 5xx, 401); the records waited and were retried.",
+        "fleet_relay_records_failed_total": "Records Fleet Engine refused or that failed past the retry deadline while no dead-letter topic takes them (a replay with --no-dead-letter): not sent, left for a resumed run.",
         "fleet_relay_records_finished_total": "Records that reached a final outcome: accepted, dead_lettered, superseded (sent in pastLocations), stale, or skipped (by a skip rule of the input mapping).",
         "fleet_relay_dead_letters_total": "Records written to the dead-letter topic, by reason.",
         "fleet_relay_fleet_engine_requests_total": "Fleet Engine update requests, by vehicle kind and HTTP status (0: no answer).",
@@ -25,9 +26,7 @@ public enum RelayMetricNames {
         "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
         "fleet_relay_build_info": "Always 1; the version label names the running build.",
         "fleet_relay_replay_records_in_window": "Replay: records in the window's offset ranges.",
-        "fleet_relay_replay_records_read_total": "Replay: records read so far.",
+        "fleet_relay_replay_records_read_total": "Replay: records of the window read so far (each then counted once in fleet_relay_records_finished_total or fleet_relay_records_failed_total, or left unfinished).",
         "fleet_relay_replay_bad_records_total": "Replay: records that failed to decode, by reason.",
-        "fleet_relay_replay_requests_planned": "Replay: vehicles (one request each) to send in this run.",
-        "fleet_relay_replay_vehicles_total": "Replay: vehicles settled, by outcome (accepted, skipped_newer_live, failed).",
     ]
 }

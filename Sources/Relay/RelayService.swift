@@ -22,11 +22,9 @@ public final class RelayService: Service, Sendable {
     public let health: RelayHealth
     private let tokens: TokenCache
     private let logLimiter = LogLimiter()
-    private let pipeline: Pipeline
+    private let driver: PipelineDriver
+    private var pipeline: Pipeline { driver.pipeline }
     private let decoder: any RecordDecoder
-    private let forwarder: UpdateForwarder
-    private let deadLetters: DeadLetterWriter
-    private let producer: KafkaProducer
     private let logger: Logger
     private let consumerState = Mutex<KafkaConsumer?>(nil)
     private let gauges = RelayGauges()
@@ -34,34 +32,34 @@ public final class RelayService: Service, Sendable {
     private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
     private let drained = Atomic<Bool>(false)
-    /// Hands memory freed by a drained burst back to the system (the allocator's business).
-    private let releaseFreedMemory: @Sendable () -> Void
 
     /// `releaseFreedMemory` runs once each time a burst of unfinished records (a cold start, a
     /// backlog) has drained, on the thread that finished it.
     public init(configuration: RelayConfiguration, client: FleetEngineClient, tokens: TokenCache,
                 logger: Logger, releaseFreedMemory: @escaping @Sendable () -> Void = {}) throws(KafkaError) {
         self.configuration = configuration
-        self.releaseFreedMemory = releaseFreedMemory
         self.logger = logger
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.decoder = configuration.makeDecoder()
-        self.pipeline = Pipeline(limits: .init(
+        let limits = PipelineLimits(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
             retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline,
-            commitInterval: configuration.commitInterval))
+            commitInterval: configuration.commitInterval)
         // A dead letter carries the consumed record whole, plus headers: the producer must take
         // anything the consumer can hand over (the broker's topic limit still applies).
         let producerProperties = configuration.kafka.properties.merging(
             ["message.timeout.ms": "30000", "message.max.bytes": String(Self.deadLetterMaximumBytes)]) { user, _ in user }
-        self.producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
-        self.deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
-                                            retryPolicy: configuration.retryPolicy, logLimiter: logLimiter,
-                                            health: health, logger: logger)
-        self.forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
-                                         logLimiter: logLimiter, logger: logger)
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
+        let deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
+                                           retryPolicy: configuration.retryPolicy, logLimiter: logLimiter,
+                                           health: health, logger: logger)
+        let forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
+                                        logLimiter: logLimiter, logger: logger)
+        self.driver = PipelineDriver(limits: limits, forwarder: forwarder, deadLetters: deadLetters, statistics: statistics,
+                                     health: health, logLimiter: logLimiter, logger: logger,
+                                     maximumInFlight: configuration.maximumInFlight, releaseFreedMemory: releaseFreedMemory)
     }
 
     /// Room for a record as large as Kafka's default fetch limit per partition (1 MiB)
@@ -100,7 +98,7 @@ public final class RelayService: Service, Sendable {
         pipeline.issueCommits { [weak consumer, weak self] order in
             guard let consumer, let self else { return "the relay stopped" }
             return consumer.enqueueCommit(order.offsets) { failure in
-                self.carryOut(self.pipeline.handle { $0.commitAnswered(order, failure: failure?.message, now: .now) })
+                self.driver.carryOut(self.pipeline.handle { $0.commitAnswered(order, failure: failure?.message, now: .now) })
             }?.message
         }
         pipeline.applyPauses { [weak consumer, weak self] wish in
@@ -115,10 +113,10 @@ public final class RelayService: Service, Sendable {
             consuming.addTask { await consumer.run() }
             await withDiscardingTaskGroup { background in
                 // The pipeline's deadlines: deferred vehicles, commits, forgetting idle vehicles.
-                background.addTask { await self.pipeline.runDeadlines(apply: self.carryOut) }
+                background.addTask { await self.driver.runDeadlines() }
                 background.addTask { await self.tokens.runRefreshes() }
                 await withTaskGroup(of: Bool.self) { work in
-                    work.addTask { await self.process(); return true }
+                    work.addTask { await self.driver.process(); return true }
                     await ingest(consumer)
                     await drain(consumer, work: &work)
                 }
@@ -144,7 +142,7 @@ public final class RelayService: Service, Sendable {
             switch event {
             case .assigned(let partitions, let generation):
                 gauges.track(partitions)
-                carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
+                driver.carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
                 health.recordJoinedGroup()
                 return []
             case .revoked(let partitions, let lost):
@@ -155,7 +153,7 @@ public final class RelayService: Service, Sendable {
                     waitForWorkUnderWay(in: partitions)
                 }
                 var finalOffsets: [TopicPartitionOffset] = []
-                carryOut(pipeline.handle { state in
+                driver.carryOut(pipeline.handle { state in
                     let revoked = state.finishRevoke(partitions)
                     finalOffsets = revoked.offsets
                     return revoked.actions
@@ -222,7 +220,7 @@ public final class RelayService: Service, Sendable {
                 case .skipped(let rule): return noteSkipped(source, rule: rule)
                 }
             }
-            carryOut(pipeline.handle { $0.consume(records, now: .now) })
+            driver.carryOut(pipeline.handle { $0.consume(records, now: .now) })
         }
     }
 
@@ -247,97 +245,6 @@ public final class RelayService: Service, Sendable {
         return .skipped(source)
     }
 
-    /// Carries out what the pipeline asked for besides resuming workers: dead letters,
-    /// pause changes, counts.
-    private func carryOut(_ actions: Pipeline.Actions) {
-        if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
-        if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
-        if actions.skippedRecords > 0 { statistics.recordFinished(.skipped, count: actions.skippedRecords) }
-        for order in actions.deadLetters {
-            deadLetters.submit(order) { [self] in
-                statistics.recordDeadLetter(reason: order.reason)
-                carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
-            }
-        }
-        if let change = actions.pause { logPause(change) }
-        if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
-        if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
-        if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
-        if actions.burstDrained {
-            let took = ContinuousClock().measure(releaseFreedMemory)
-            logger.debug("A burst of records drained: freed memory handed back to the system in \(took)")
-        }
-        if let failure = actions.commitFailure {
-            logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
-        }
-    }
-
-    /// Fetching pauses for each partition holding its share of `maximumPendingRecords`
-    /// unfinished records, and resumes once half of that finished (decided by the pipeline,
-    /// which hands the wish to the consumer).
-    private func logPause(_ change: PauseChange) {
-        guard !stopping.load(ordering: .relaxed) else { return }
-        if !change.pausing.isEmpty {
-            logger.info("Pausing \(change.pausing.map(\.description).joined(separator: ", ")): at least \(change.share) records unfinished each")
-        }
-        if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
-    }
-
-    /// Sending and dead-lettering, until intake closes and everything queued is done.
-    private func process() async {
-        await withDiscardingTaskGroup { group in
-            group.addTask { await self.deadLetters.run() }
-            group.addTask {
-                await withDiscardingTaskGroup { workers in
-                    // Each worker runs on one event loop and sends on that loop's connections:
-                    // a request is written and its answer resumes the worker on the same thread.
-                    let executors = self.forwarder.client.connectionExecutors
-                    for index in 0..<self.configuration.maximumInFlight {
-                        workers.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
-                    }
-                }
-                self.deadLetters.finishIntake()
-            }
-        }
-    }
-
-    /// One worker: takes the pipeline's next request, makes one attempt at it and reports the
-    /// outcome, until no more requests will come. It never waits to retry: a failed attempt
-    /// makes its vehicle due later and the worker takes the next vehicle at once.
-    private func work() async {
-        while let request = await pipeline.nextRequest(whenReady: carryOut) {
-            statistics.requestStarted()
-            let pipeline = self.pipeline
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: request.liveCheckEpoch != nil) {
-                pipeline.read { state in request.sources.contains(where: state.owns) }
-            }
-            statistics.requestEnded()
-            let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
-            carryOut(actions)
-            count(request, delivery.outcome, gaveUp: actions.deadLetters)
-        }
-    }
-
-    private func count(_ request: CoalescedRequest, _ outcome: DeliveryOutcome, gaveUp: [DeadLetterOrder]) {
-        switch outcome {
-        case .accepted:
-            statistics.recordFinished(.accepted)
-            statistics.recordFinished(.superseded, count: request.carried.count)
-            statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
-                                      coalesced: request.sources.count)
-        case .stale:
-            statistics.recordFinished(.stale, count: request.sources.count)
-        case .rejected(let reason, let detail):
-            logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
-        case .retry:
-            if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
-                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")
-            }
-        case .abandoned:
-            break
-        }
-    }
-
     /// The gauges computed from the relay's state rather than kept up to date by each event:
     /// the age of each partition's oldest unfinished record, paused partitions, the token
     /// cache's figures. Called before each scrape, so they are as of the scrape.
@@ -354,7 +261,7 @@ public final class RelayService: Service, Sendable {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
         stopping.store(true, ordering: .relaxed)
         consumer.pauseAll()
-        carryOut(pipeline.handle { $0.closeIntake() })
+        driver.carryOut(pipeline.handle { $0.closeIntake() })
         let timeout = configuration.shutdownTimeout
         work.addTask { (try? await Task.sleep(for: timeout)) == nil }
         if await work.next() == false {

@@ -27,6 +27,12 @@ public final class RelayStatistics: Sendable {
     public let stale = Atomic<Int>(0)
     public let skipped = Atomic<Int>(0)
     public let deadLettered = Atomic<Int>(0)
+    /// Records Fleet Engine refused, or that failed past the retry deadline, with no
+    /// dead-letter topic to take them (a replay's `--no-dead-letter`): left unfinished.
+    public let failed = Atomic<Int>(0)
+    /// Records of requests Fleet Engine refused for good or that failed past the retry
+    /// deadline, dead-lettered or not.
+    public let refused = Atomic<Int>(0)
     public let requestsAccepted = Atomic<Int>(0)
     public let requestsFailed = Atomic<Int>(0)
     public let retries = Atomic<Int>(0)
@@ -43,6 +49,7 @@ public final class RelayStatistics: Sendable {
     private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
     /// Vehicles waiting out a backoff after a Fleet Engine failure (from the pipeline, as it changes).
     let vehiclesRetrying = Gauge(label: "fleet_relay_vehicles_retrying")
+    private let failedCounter = Counter(label: "fleet_relay_records_failed_total")
     /// Failed Schema Registry lookups (each retried: records wait, nothing is dead-lettered).
     let schemaRegistryErrors = Counter(label: "fleet_relay_schema_registry_errors_total")
 
@@ -76,6 +83,11 @@ public final class RelayStatistics: Sendable {
         case .skipped: skipped.add(count, ordering: .relaxed)
         }
         finishedCounters[outcome]?.increment(by: count)
+    }
+
+    func recordFailed() {
+        failed.add(1, ordering: .relaxed)
+        failedCounter.increment()
     }
 
     func recordDeadLetter(reason: String) {

@@ -45,6 +45,8 @@ public struct Delivery: Sendable, Equatable {
     public var newestKnownMilliseconds: Int64?
     /// Whether Fleet Engine's live location was read.
     public var liveChecked: Bool
+    /// Past locations left out of the update sent: not newer than the live location read.
+    public var pastLocationsOlderThanLive = 0
 
     public init(outcome: DeliveryOutcome, newestKnownMilliseconds: Int64? = nil, liveChecked: Bool = false) {
         self.outcome = outcome
@@ -98,9 +100,11 @@ public struct UpdateForwarder: Sendable {
         var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
         guard var token = await token(for: update.vehicle, &delivery) else { return delivery }
         guard !Task.isCancelled, stillOwned() else { return delivery }
+        var update = update
         if checkLiveLocation {
             guard await checkLive(update, token: token, &delivery) else { return delivery }
             guard !Task.isCancelled, stillOwned() else { return delivery }
+            update = Self.leavingOut(olderThan: delivery.newestKnownMilliseconds, update, &delivery)
         }
         var reauthenticated = false
         while true {
@@ -152,6 +156,16 @@ public struct UpdateForwarder: Sendable {
             delivery.outcome = .retry(TransientFailure(cause: TransientFailure.signerCause, detail: "\(error)"))
             return nil
         }
+    }
+
+    /// The update without the past locations Fleet Engine already holds newer than: a history
+    /// (a replay's) whose newest fix is newer than the live location sends only what follows it.
+    private static func leavingOut(olderThan live: Int64?, _ update: VehicleLocationUpdate,
+                                   _ delivery: inout Delivery) -> VehicleLocationUpdate {
+        guard let live, let oldest = update.pastLocations.first?.recordedAtMilliseconds, oldest <= live else { return update }
+        let newer = update.pastLocations.filter { $0.recordedAtMilliseconds > live }
+        delivery.pastLocationsOlderThanLive = update.pastLocations.count - newer.count
+        return VehicleLocationUpdate(vehicle: update.vehicle, lastLocation: update.lastLocation, pastLocations: newer)
     }
 
     /// Reads the live location; false when the attempt ends here (`delivery` says how).

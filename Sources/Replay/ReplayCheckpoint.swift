@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,12 +34,25 @@ public struct ReplayRequest: Codable, Sendable, Equatable, CustomStringConvertib
 /// A replay's progress on disk, so an interrupted replay resumes where it stopped.
 ///
 /// It holds the window as asked for and as resolved to times and offsets per partition
-/// (so a relative `--from` means the same records on resume), and the vehicles already
-/// settled (accepted, or skipped because Fleet Engine's live location was newer). A
-/// resumed replay reads the same offsets again, filters on the same times, and sends
-/// only the vehicles not yet settled.
+/// (so a relative `--from` means the same records on resume), and per partition the offset
+/// below which every record of the window finished (sent and accepted, older than Fleet
+/// Engine's live location, dead-lettered, or left out), as a consumer group's committed
+/// offset would. A resumed replay reads each partition from there and filters on the same
+/// times; records above it that finished before are read again and skipped by the live
+/// location read before every request, so Fleet Engine receives nothing twice.
 public struct ReplayCheckpoint: Codable, Sendable, Equatable {
-    public static let currentVersion = 1
+    public static let currentVersion = 2
+
+    /// Every record of the partition's window below `offset` finished.
+    public struct Finished: Codable, Sendable, Equatable {
+        public var partition: Int32
+        public var offset: Int64
+
+        public init(partition: Int32, offset: Int64) {
+            self.partition = partition
+            self.offset = offset
+        }
+    }
 
     public var version = ReplayCheckpoint.currentVersion
     public var topic: String
@@ -47,19 +61,38 @@ public struct ReplayCheckpoint: Codable, Sendable, Equatable {
     public var fromMilliseconds: Int64
     public var toMilliseconds: Int64?
     public var partitions: [PartitionWindow]
-    /// `kind/id` of every vehicle settled so far.
-    public var settledVehicles: [String]
+    /// Per partition, the offset below which every record of the window finished.
+    public var finished: [Finished]
     public var complete: Bool
 
     public init(topic: String, request: ReplayRequest? = nil, fromMilliseconds: Int64, toMilliseconds: Int64?,
-                partitions: [PartitionWindow], settledVehicles: [String] = [], complete: Bool = false) {
+                partitions: [PartitionWindow], finished: [Finished] = [], complete: Bool = false) {
         self.topic = topic
         self.request = request
         self.fromMilliseconds = fromMilliseconds
         self.toMilliseconds = toMilliseconds
         self.partitions = partitions
-        self.settledVehicles = settledVehicles
+        self.finished = finished
         self.complete = complete
+    }
+
+    /// Where reading the partition's window starts (again).
+    public func startOffset(of window: PartitionWindow) -> Int64 {
+        let finishedBelow = finished.first { $0.partition == window.partition }?.offset ?? window.start
+        return min(max(window.start, finishedBelow), window.end)
+    }
+
+    /// Records that everything below these offsets finished; an offset never moves back.
+    public mutating func recordFinished(_ offsets: [TopicPartitionOffset], of topic: String) {
+        for entry in offsets where entry.topicPartition.topic == topic {
+            let partition = entry.topicPartition.partition
+            if let index = finished.firstIndex(where: { $0.partition == partition }) {
+                finished[index].offset = max(finished[index].offset, entry.offset)
+            } else {
+                finished.append(Finished(partition: partition, offset: entry.offset))
+            }
+        }
+        finished.sort { $0.partition < $1.partition }
     }
 
     public struct Problem: Error, CustomStringConvertible {

@@ -1,39 +1,49 @@
 import Foundation
 
-/// What a replay did, printed as a table at its end.
+/// What a replay did, printed as a table at its end. Records are counted one by one, so that
+/// every record read is accounted for: read = sent + older than the live location + failed +
+/// bad + outside the time window + skipped by the input mapping + unfinished.
 public struct ReplaySummary: Sendable, Equatable {
     public var recordsInWindow = 0
+    /// Records of the window below the checkpoint's offsets: finished by an earlier run.
+    public var alreadyFinished = 0
     public var recordsRead = 0
     /// Records of the window deleted by retention before they were read, per partition.
     public var deletedBeforeRead: [Int32: Int64] = [:]
     /// In the offset range but stamped outside `--from`/`--to`.
     public var outsideWindow = 0
+    /// Records the input format refused (dead-lettered when a dead-letter topic is set).
     public var bad = 0
     /// Left out by the input mapping's skip rules.
     public var skipped = 0
+    /// Dead letters written: bad records and fixes Fleet Engine refused.
     public var deadLettered = 0
-    public var vehicles = 0
-    /// Settled by an earlier run with the same checkpoint.
-    public var alreadySettled = 0
     public var requestsSent = 0
-    public var accepted = 0
+    public var requestsAccepted = 0
+    /// Fixes sent in accepted requests (as `lastLocation` or in `pastLocations`).
+    public var sent = 0
+    /// Fixes not newer than Fleet Engine's live location: not sent.
     public var skippedNewerLive = 0
+    /// Fixes Fleet Engine refused for good, or that kept failing past the retry deadline:
+    /// dead-lettered, or without a dead-letter topic left unfinished for a resumed run.
     public var failed = 0
-    public var failuresByReason: [String: Int] = [:]
+    /// Records read and not finished, failed ones apart: the replay was interrupted.
+    public var unfinished = 0
     public var wallSeconds = 0.0
     public var interrupted = false
     public var dryRun = false
 
     public init() {}
 
-    /// Vehicles neither settled nor failed: left for a resumed run.
-    public var unsettled: Int { vehicles - alreadySettled - accepted - skippedNewerLive - failed }
+    /// Records read that no count above holds: 0 unless a record was lost.
+    public var unaccounted: Int {
+        recordsRead - (sent + skippedNewerLive + failed + bad + outsideWindow + skipped + unfinished)
+    }
 
     public var table: String {
-        var rows: [(String, String)] = [
-            ("records in window (offsets)", "\(recordsInWindow)"),
-            ("records read", "\(recordsRead)"),
-        ]
+        var rows: [(String, String)] = [("records in window (offsets)", "\(recordsInWindow)")]
+        if alreadyFinished > 0 { rows.append(("finished by an earlier run", "\(alreadyFinished)")) }
+        rows.append(("records read", "\(recordsRead)"))
         if !deletedBeforeRead.isEmpty {
             let total: Int64 = deletedBeforeRead.values.reduce(0, +)
             let partitions: [String] = deletedBeforeRead.keys.sorted().map { "partition \($0): \(deletedBeforeRead[$0]!)" }
@@ -41,19 +51,18 @@ public struct ReplaySummary: Sendable, Equatable {
         }
         rows += [
             ("outside the time window", "\(outsideWindow)"),
-            ("bad", "\(bad)" + (bad > 0 ? " (\(deadLettered) dead-lettered)" : "")),
+            ("bad", "\(bad)"),
             ("skipped by the input mapping", "\(skipped)"),
-            ("vehicles", "\(vehicles)"),
         ]
-        if alreadySettled > 0 { rows.append(("settled by an earlier run", "\(alreadySettled)")) }
         if !dryRun {
             rows += [
-                ("update requests sent", "\(requestsSent)"),
-                ("accepted", "\(accepted)"),
-                ("skipped (newer live location)", "\(skippedNewerLive)"),
-                ("failed", "\(failed)" + failuresByReason.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()),
+                ("fixes sent", "\(sent)"),
+                ("fixes older than the live location", "\(skippedNewerLive)"),
+                ("fixes failed", "\(failed)"),
+                ("dead letters written", "\(deadLettered)"),
+                ("update requests sent", "\(requestsSent) (\(requestsAccepted) accepted)"),
             ]
-            if unsettled > 0 { rows.append(("not sent (interrupted)", "\(unsettled)")) }
+            if unfinished > 0 { rows.append(("not finished (left for a resumed run)", "\(unfinished)")) }
         }
         rows.append(("wall time", String(format: "%.1f s", wallSeconds)))
         let width = rows.map(\.0.count).max() ?? 0

@@ -30,6 +30,9 @@ public struct ReplayConfiguration: Sendable {
     public var inputMapping: InputMapping?
     public var schemaSource: (any SchemaSource)?
     public var pastLimit: Int
+    /// Records read and not yet finished, at most: what bounds the replay's memory. A vehicle
+    /// waits for a full request (`pastLimit` + 1 fixes) until this bound is reached.
+    public var maximumPendingRecords: Int
     public var retryPolicy: RetryPolicy
     /// How long one vehicle's update may keep failing transiently before it counts as failed.
     public var retryDeadline: Duration
@@ -37,6 +40,9 @@ public struct ReplayConfiguration: Sendable {
     public var restart = false
     /// The flags as given (`-2h` stays relative); by default the absolute times and partitions above.
     public var requestedAs: ReplayRequest?
+
+    /// About 100 MB of records waiting: 2,000 vehicles can fill whole requests of 101 fixes.
+    public static let defaultMaximumPendingRecords = 200_000
 
     /// What a checkpoint must have been made for to be resumed by this replay.
     public var request: ReplayRequest {
@@ -49,7 +55,8 @@ public struct ReplayConfiguration: Sendable {
                 rate: Double? = nil, maximumInFlight: Int = 16, dryRun: Bool = false, checkpointPath: String? = nil,
                 force: Bool = false, deadLetterTopic: String? = nil, defaultKind: VehicleKind = .vehicle,
                 inputMapping: InputMapping? = nil,
-                pastLimit: Int = 100, retryPolicy: RetryPolicy = RetryPolicy(), retryDeadline: Duration = .seconds(120)) {
+                pastLimit: Int = 100, maximumPendingRecords: Int = ReplayConfiguration.defaultMaximumPendingRecords,
+                retryPolicy: RetryPolicy = RetryPolicy(), retryDeadline: Duration = .seconds(120)) {
         self.topic = topic
         self.partitions = partitions
         self.fromMilliseconds = fromMilliseconds
@@ -63,6 +70,7 @@ public struct ReplayConfiguration: Sendable {
         self.defaultKind = defaultKind
         self.inputMapping = inputMapping
         self.pastLimit = pastLimit
+        self.maximumPendingRecords = maximumPendingRecords
         self.retryPolicy = retryPolicy
         self.retryDeadline = retryDeadline
     }
@@ -84,12 +92,18 @@ public struct ReplayError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// Replays a time window of the location topic into Fleet Engine, in two phases:
-/// reading (explicit partition assignment, no group, no commits; each vehicle's
-/// fixes coalesced across the whole window) and sending (one request per vehicle,
-/// rate-limited, skipping vehicles whose live location is already newer).
-/// Cancelling the task interrupts it: in-flight requests finish or are abandoned,
-/// the checkpoint is saved, and the summary says what is left.
+/// Replays a time window of the location topic into Fleet Engine through the relay's own
+/// pipeline core (`PipelineDriver`): the window's partitions are assigned explicitly (no
+/// group, nothing committed to Kafka) and their records stream into the state machine as the
+/// live relay's do. It sends each vehicle's fixes oldest first, in requests of up to
+/// `pastLimit` + 1 fixes (a vehicle waits for a full request until the window ends or the
+/// pending bound is reached), reads the live location before every request, retries with
+/// backoff, and bounds what is read ahead by `maximumPendingRecords`. What the state machine
+/// would commit goes to the checkpoint instead: per partition, the offset below which every
+/// record of the window finished.
+///
+/// Cancelling the task interrupts it: requests under way end or are abandoned, the
+/// checkpoint is saved, and the summary says what is left.
 public final class Replayer: Sendable {
     public let configuration: ReplayConfiguration
     private let kafka: KafkaConfiguration
@@ -108,11 +122,14 @@ public final class Replayer: Sendable {
         self.logger = logger
     }
 
-    /// The plan a dry run prints, and what the reading phase produced.
+    /// What a dry run prints: the window, and what a replay would send.
     public struct Plan: Sendable {
         public var windows: [PartitionWindow]
-        public var updates: [VehicleLocationUpdate]
-        public var fixesPerVehicle: [Int]
+        public var vehicles = 0
+        /// Requests of up to `pastLimit` + 1 fixes each, every vehicle's history whole.
+        public var requests = 0
+        public var fixesPerRequest = 0
+        public var fixesPerVehicle: [Int] = []
         public var oldestMilliseconds: Int64?
         public var newestMilliseconds: Int64?
     }
@@ -125,35 +142,24 @@ public final class Replayer: Sendable {
         var checkpoint = try await startingCheckpoint(reader)
         let windows = checkpoint.partitions
         summary.recordsInWindow = Int(windows.reduce(0) { $0 + $1.records })
+        summary.alreadyFinished = Int(windows.reduce(0) { $0 + checkpoint.startOffset(of: $1) - $1.start })
         Gauge(label: "fleet_relay_replay_records_in_window").record(summary.recordsInWindow)
         for window in windows where window.method == .search {
             logger.info("Partition \(window.partition): the broker's offsets-for-times answer contradicted the partition's records; found offsets \(window.start)..<\(window.end) by binary search")
         }
-
-        let read = try await readWindow(checkpoint, reader: reader, summary: &summary)
-        let settled = Set(checkpoint.settledVehicles)
-        let allUpdates = read.updates()
-        let updates = allUpdates.filter { !settled.contains(Self.key($0.vehicle)) }
-        summary.vehicles = allUpdates.count
-        summary.alreadySettled = allUpdates.count - updates.count
-        let plan = Plan(windows: windows, updates: updates, fixesPerVehicle: read.fixesPerVehicle,
-                        oldestMilliseconds: read.oldestMilliseconds, newestMilliseconds: read.newestMilliseconds)
-        Gauge(label: "fleet_relay_replay_requests_planned").record(updates.count)
-        guard !configuration.dryRun, !Task.isCancelled, let sender else {
-            summary.interrupted = Task.isCancelled
-            summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
-            return (summary, plan)
+        var plan = Plan(windows: windows)
+        if configuration.dryRun || sender == nil {
+            var tally = DryRunTally(pastLimit: configuration.pastLimit)
+            try await progress.phase("reading", total: summary.recordsInWindow - summary.alreadyFinished, unit: "records") {
+                _ = try await read(checkpoint, reader: reader, summary: &summary) { records in
+                    for case .fix(let fix) in records { tally.add(fix.update) }
+                }
+            }
+            plan = tally.plan(windows: windows)
+        } else if let sender {
+            try await send(&checkpoint, reader: reader, sender: sender, summary: &summary)
         }
-        let outcomes = await send(updates, sender: sender, checkpoint: &checkpoint)
-        summary.accepted = outcomes.accepted
-        summary.skippedNewerLive = outcomes.skippedNewerLive
-        summary.failed = outcomes.failures.values.reduce(0, +)
-        summary.failuresByReason = outcomes.failures
-        let requests = statistics.snapshot
-        summary.requestsSent = requests.requestsAccepted + requests.requestsFailed
         summary.interrupted = Task.isCancelled
-        checkpoint.complete = !summary.interrupted && summary.failed == 0 && summary.deletedBeforeRead.isEmpty
-        try saveCheckpoint(checkpoint)
         summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
         return (summary, plan)
     }
@@ -163,11 +169,12 @@ public final class Replayer: Sendable {
     private func startingCheckpoint(_ reader: KafkaPartitionReader) async throws -> ReplayCheckpoint {
         if let path = configuration.checkpointPath, let saved = try ReplayCheckpoint.load(from: path) {
             if configuration.restart {
-                logger.warning("--restart: discarding checkpoint \(path) (\(saved.settledVehicles.count) vehicles settled by it) and starting over")
+                logger.warning("--restart: discarding checkpoint \(path) and starting over")
             } else {
                 try saved.check(topic: configuration.topic, request: configuration.request, path: path)
                 let end: String = saved.toMilliseconds.map { RFC3339.format(milliseconds: $0) } ?? "the end"
-                logger.info("Resuming from checkpoint \(path): \(saved.settledVehicles.count) vehicles already settled; the window resolved then (\(RFC3339.format(milliseconds: saved.fromMilliseconds)) to \(end)) is kept")
+                let left = saved.partitions.reduce(0) { $0 + $1.end - saved.startOffset(of: $1) }
+                logger.info("Resuming from checkpoint \(path): \(left) records of the window left to read; the window resolved then (\(RFC3339.format(milliseconds: saved.fromMilliseconds)) to \(end)) is kept")
                 return saved
             }
         }
@@ -191,43 +198,141 @@ public final class Replayer: Sendable {
         try checkpoint.save(to: path)
     }
 
-    // MARK: Reading
-
-    private func readWindow(_ checkpoint: ReplayCheckpoint, reader: KafkaPartitionReader,
-                            summary: inout ReplaySummary) async throws -> WindowCoalescer {
-        let times = TimeWindow(from: checkpoint.fromMilliseconds, to: checkpoint.toMilliseconds)
-        var firstOffsets: [Int32: Int64] = [:]
-        let coalescer = try await progress.phase("reading", total: summary.recordsInWindow, unit: "records") {
-            try await readRecords(checkpoint.partitions, times: times, reader: reader, summary: &summary, firstOffsets: &firstOffsets)
-        }
-        if !Task.isCancelled {
-            summary.deletedBeforeRead = try await deletedBeforeRead(checkpoint.partitions, firstOffsets: firstOffsets, reader: reader)
-        }
-        return coalescer
+    private func topicPartition(_ partition: Int32) -> TopicPartition {
+        TopicPartition(topic: configuration.topic, partition: partition)
     }
 
-    /// Reads the windows' records into coalesced fixes, noting the first offset read per partition.
-    private func readRecords(_ windows: [PartitionWindow], times: TimeWindow, reader: KafkaPartitionReader,
-                             summary: inout ReplaySummary, firstOffsets: inout [Int32: Int64]) async throws -> WindowCoalescer {
-        var coalescer = WindowCoalescer(pastLimit: configuration.pastLimit)
-        var remaining = Dictionary(uniqueKeysWithValues: windows.filter { $0.records > 0 }.map { ($0.partition, $0.end) })
-        guard !remaining.isEmpty else { return coalescer }
-        let deadLetters = try deadLetterWriter()
-        let written = Atomic<Int>(0)
-        async let lettersWritten: Void = deadLetters?.run() ?? ()
-        try await reader.assign(windows.filter { $0.records > 0 }.map {
-            TopicPartitionOffset(TopicPartition(topic: configuration.topic, partition: $0.partition), offset: $0.start)
-        })
+    // MARK: Sending
+
+    /// Streams the window through the pipeline core until every record of it finished (or
+    /// the replay is interrupted), saving the checkpoint at each of the core's commit orders.
+    private func send(_ checkpoint: inout ReplayCheckpoint, reader: KafkaPartitionReader, sender: ReplaySender,
+                      summary: inout ReplaySummary) async throws {
+        if configuration.force {
+            logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
+        }
+        let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
+        let driver = makeDriver(sender: sender, limiter: limiter)
+        let pending = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
+        driver.assign(pending.map { topicPartition($0.partition) }, generation: Self.generation)
+        let pauses = PauseMailbox()
+        driver.applyPauses { pauses.post($0) }
+        let saver = CheckpointSaver(checkpoint: checkpoint, save: saveCheckpoint, logger: logger)
+        driver.issueCommits { order in saver.submit(order) }
+        var readError: (any Error)?
+        await withDiscardingTaskGroup { group in
+            group.addTask { await saver.run(answer: driver.commitAnswered) }
+            group.addTask { await sender.tokens.runRefreshes() }
+            group.addTask { await driver.runDeadlines() }
+            await withTaskGroup(of: Void.self) { work in
+                work.addTask {
+                    await withTaskCancellationHandler {
+                        await driver.process()
+                    } onCancel: {
+                        driver.closeIntake()
+                    }
+                }
+                do {
+                    try await progress.phase("replaying", total: summary.recordsInWindow - summary.alreadyFinished, unit: "records") {
+                        try await read(checkpoint, reader: reader, summary: &summary, pauses: pauses) { driver.consume($0) }
+                    }
+                } catch {
+                    readError = error
+                    driver.closeIntake()
+                }
+                if Task.isCancelled { driver.closeIntake() } else { driver.endInput() }
+                await work.waitForAll()
+            }
+            driver.issueCommits(through: nil)
+            saver.finish()
+            group.cancelAll()
+        }
+        if let readError { throw readError }
+        checkpoint = saver.checkpoint
+        checkpoint.recordFinished(driver.read { $0.offsetsToCommit() }, of: configuration.topic)
+        summarize(driver: driver, into: &summary)
+        checkpoint.complete = !Task.isCancelled && summary.failed == 0 && summary.deletedBeforeRead.isEmpty
+            && summary.unfinished == 0 && summary.unaccounted == 0
+        try saveCheckpoint(checkpoint)
+    }
+
+    /// The replay's partitions are assigned once; the window reader stamps every record with generation 0.
+    private static let generation: UInt64 = 0
+
+    private func makeDriver(sender: ReplaySender, limiter: RequestRateLimiter?) -> PipelineDriver {
+        var limits = PipelineLimits(pastLocations: configuration.pastLimit,
+                                    maximumPendingRecords: configuration.maximumPendingRecords,
+                                    retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline)
+        limits.holdsPartialRequests = true
+        limits.readsLiveLocationBeforeEveryRequest = true
+        let logLimiter = LogLimiter()
+        let forwarder = UpdateForwarder(
+            client: sender.client, tokens: sender.tokens, statistics: statistics, health: health,
+            logLimiter: logLimiter, logger: logger,
+            observeResponse: { outcome in
+                if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
+            })
+        return PipelineDriver(
+            limits: limits, forwarder: forwarder, deadLetters: deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
+            health: health, logLimiter: logLimiter, logger: logger, maximumInFlight: configuration.maximumInFlight,
+            readsLiveLocation: !configuration.force,
+            beforeEachRequest: { (try? await limiter?.acquire()) != nil || limiter == nil })
+    }
+
+    private func deadLetterWriter(logLimiter: LogLimiter) -> DeadLetterWriter? {
+        guard let topic = configuration.deadLetterTopic,
+              let producer = try? KafkaProducer(configuration: kafka, logger: logger) else { return nil }
+        return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
+                                logLimiter: logLimiter, health: health, logger: logger)
+    }
+
+    /// The fixes' fates, from the pipeline's counts.
+    private func summarize(driver: PipelineDriver, into summary: inout ReplaySummary) {
+        let totals = statistics.snapshot
+        summary.sent = totals.accepted + totals.superseded
+        summary.skippedNewerLive = totals.stale
+        summary.failed = statistics.refused.load(ordering: .relaxed)
+        summary.deadLettered = totals.deadLettered
+        summary.requestsSent = totals.requestsAccepted + totals.requestsFailed
+        summary.requestsAccepted = totals.requestsAccepted
+        summary.unfinished = driver.read { $0.unfinishedRecords } - statistics.failed.load(ordering: .relaxed)
+    }
+
+    // MARK: Reading
+
+    /// Reads the window's records from the checkpoint's offsets on, classifies each (outside
+    /// the times, skipped, bad, a fix) and hands them on in batches, following the pause wish.
+    /// Returns when every partition reached its window's end (or the task is cancelled).
+    private func read(_ checkpoint: ReplayCheckpoint, reader: KafkaPartitionReader, summary: inout ReplaySummary,
+                      pauses: PauseMailbox? = nil, take: ([ConsumedRecord]) -> Void) async throws {
+        let windows = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
+        var remaining = Dictionary(uniqueKeysWithValues: windows.map { ($0.partition, $0.end) })
+        guard !remaining.isEmpty else { return }
+        let times = TimeWindow(from: checkpoint.fromMilliseconds, to: checkpoint.toMilliseconds)
+        var firstOffsets: [Int32: Int64] = [:]
+        try await reader.assign(windows.map { TopicPartitionOffset(topicPartition($0.partition), offset: checkpoint.startOffset(of: $0)) })
         let decoder = RecordDecoders.forTopic(mapping: configuration.inputMapping, schemaSource: configuration.schemaSource,
-                                                   defaultKind: configuration.defaultKind)
+                                              defaultKind: configuration.defaultKind)
+        var paused: Set<TopicPartition> = []
         var lastProgress = ContinuousClock.now
         while !remaining.isEmpty, !Task.isCancelled {
+            if let pauses {
+                let wish = pauses.wish
+                try await reader.pause(wish.subtracting(paused), resume: paused.subtracting(wish))
+                paused = wish
+                if remaining.keys.allSatisfy({ paused.contains(topicPartition($0)) }) {
+                    await pauses.waitForChange(from: paused)  // nothing to read until records finish
+                    lastProgress = .now
+                    continue
+                }
+            }
             let (records, reachedEnd) = try await reader.poll(maximum: 2000)
             if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
             try await decoder.prepare(records.map(InputRecord.init)) { problem in
                 logger.warning("\(problem); records wait and are retried")
                 lastProgress = .now  // waiting for the registry is not a stalled partition
             }
+            var batch: [ConsumedRecord] = []
             for record in records {
                 guard let end = remaining[record.partition] else { continue }
                 if firstOffsets[record.partition] == nil { firstOffsets[record.partition] = record.offset }
@@ -236,36 +341,42 @@ public final class Replayer: Sendable {
                     continue
                 }
                 if record.offset >= end - 1 { remaining[record.partition] = nil }
-                summary.recordsRead += 1
-                progress.advance()
-                guard times.contains(record.timestampMilliseconds) else {
-                    summary.outsideWindow += 1
-                    continue
-                }
-                switch decoder.decode(InputRecord(record)) {
-                case .update(let update):
-                    coalescer.add(update.fix, for: update.vehicle)
-                case .skipped:
-                    summary.skipped += 1
-                case .rejected(let rejection):
-                    summary.bad += 1
-                    Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
-                    deadLetters?.submit(DeadLetterOrder(source: RecordSource(record), reason: rejection.reason.rawValue,
-                                                        detail: rejection.detail)) {
-                        written.add(1, ordering: .relaxed)
-                    }
-                }
+                batch.append(classify(record, times: times, decoder: decoder, summary: &summary))
             }
-            Counter(label: "fleet_relay_replay_records_read_total").increment(by: records.count)
+            summary.recordsRead += batch.count
+            progress.advance(by: batch.count)
+            Counter(label: "fleet_relay_replay_records_read_total").increment(by: batch.count)
+            take(batch)
             for partition in reachedEnd { remaining[partition.partition] = nil }
             if ContinuousClock.now - lastProgress > .seconds(60) {
                 throw ReplayError("no records from partitions \(remaining.keys.sorted()) for 60 s; are they still there?")
             }
         }
-        deadLetters?.finishIntake()
-        await lettersWritten
-        summary.deadLettered = written.load(ordering: .relaxed)
-        return coalescer
+        if !Task.isCancelled {
+            summary.deletedBeforeRead = try await deletedBeforeRead(windows, checkpoint: checkpoint, firstOffsets: firstOffsets, reader: reader)
+        }
+    }
+
+    private func classify(_ record: KafkaRecord, times: TimeWindow, decoder: any RecordDecoder,
+                          summary: inout ReplaySummary) -> ConsumedRecord {
+        let source = RecordSource(record)
+        guard times.contains(record.timestampMilliseconds) else {
+            summary.outsideWindow += 1
+            return .skipped(source)
+        }
+        switch decoder.decode(InputRecord(record)) {
+        case .update(let update):
+            return .fix(PendingFix(update: update, source: source))
+        case .skipped:
+            summary.skipped += 1
+            return .skipped(source)
+        case .rejected(let rejection):
+            summary.bad += 1
+            Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
+            // Without a dead-letter topic a bad record is only counted: sending it again cannot help.
+            guard configuration.deadLetterTopic != nil else { return .skipped(source) }
+            return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+        }
     }
 
     /// Records of the window that retention deleted before they were read, per partition.
@@ -274,185 +385,133 @@ public final class Replayer: Sendable {
     /// window's start; the partition's log start then says how many are gone. (A first
     /// record past the start with the log starting earlier is a gap, such as a
     /// transaction marker or compaction, and loses nothing.)
-    private func deletedBeforeRead(_ windows: [PartitionWindow], firstOffsets: [Int32: Int64],
+    private func deletedBeforeRead(_ windows: [PartitionWindow], checkpoint: ReplayCheckpoint, firstOffsets: [Int32: Int64],
                                    reader: KafkaPartitionReader) async throws -> [Int32: Int64] {
         var deleted: [Int32: Int64] = [:]
-        for window in windows where window.records > 0 && firstOffsets[window.partition] != window.start {
-            let partition = TopicPartition(topic: configuration.topic, partition: window.partition)
-            let logStart = try await reader.watermarks(partition).low
-            guard logStart > window.start else { continue }
-            let count = min(logStart, window.end) - window.start
+        for window in windows {
+            let start = checkpoint.startOffset(of: window)
+            guard firstOffsets[window.partition] != start else { continue }
+            let logStart = try await reader.watermarks(topicPartition(window.partition)).low
+            guard logStart > start else { continue }
+            let count = min(logStart, window.end) - start
             deleted[window.partition] = count
-            logger.error("Partition \(window.partition): offsets \(window.start)..<\(window.start + count) of the window (\(count) records) were deleted by retention before they were read; they are not replayed")
+            logger.error("Partition \(window.partition): offsets \(start)..<\(start + count) of the window (\(count) records) were deleted by retention before they were read; they are not replayed")
         }
         return deleted
     }
-
-    private func deadLetterWriter() throws -> DeadLetterWriter? {
-        guard let topic = configuration.deadLetterTopic, !configuration.dryRun else { return nil }
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
-                                logLimiter: LogLimiter(), health: health, logger: logger)
-    }
-
-    // MARK: Sending
-
-    private func send(_ updates: [VehicleLocationUpdate], sender: ReplaySender,
-                      checkpoint: inout ReplayCheckpoint) async -> SendLedger.Outcomes {
-        await progress.phase("sending", total: updates.count, unit: "vehicles") {
-            await sendAll(updates, sender: sender, checkpoint: &checkpoint)
-        }
-    }
-
-    private func sendAll(_ updates: [VehicleLocationUpdate], sender: ReplaySender,
-                         checkpoint: inout ReplayCheckpoint) async -> SendLedger.Outcomes {
-        if configuration.force {
-            logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
-        }
-        let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
-        let forwarder = UpdateForwarder(
-            client: sender.client, tokens: sender.tokens, statistics: statistics, health: health,
-            logLimiter: LogLimiter(), logger: logger,
-            observeResponse: { outcome in
-                if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
-            })
-        let ledger = SendLedger(checkpoint: checkpoint, progress: progress)
-        await withTaskGroup(of: Void.self) { saving in
-            saving.addTask { await self.saveCheckpoints(of: ledger) }
-            saving.addTask { await sender.tokens.runRefreshes() }
-            await withDiscardingTaskGroup { senders in
-                for _ in 0..<min(configuration.maximumInFlight, max(1, updates.count)) {
-                    senders.addTask { await self.sendUntilDone(updates, ledger: ledger, limiter: limiter, forwarder: forwarder) }
-                }
-            }
-            saving.cancelAll()  // the caller saves the final state; token refreshes end
-        }
-        let (outcomes, final) = ledger.result
-        checkpoint = final
-        return outcomes
-    }
-
-    /// One sender: takes the next update from the ledger until none is left (or the replay is cancelled).
-    private func sendUntilDone(_ updates: [VehicleLocationUpdate], ledger: SendLedger, limiter: RequestRateLimiter?,
-                               forwarder: UpdateForwarder) async {
-        while !Task.isCancelled {
-            let index = ledger.takeIndex()
-            guard index < updates.count else { return }
-            if let limiter, (try? await limiter.acquire()) == nil { return }
-            ledger.settle(updates[index].vehicle, await deliver(updates[index], forwarder: forwarder))
-        }
-    }
-
-    private func saveCheckpoints(of ledger: SendLedger) async {
-        await ledger.saveEverySecond(save: saveCheckpoint) { logger.error("Checkpoint not saved: \($0)") }
-    }
-
-    private func deliver(_ update: VehicleLocationUpdate, forwarder: UpdateForwarder) async -> SendLedger.VehicleOutcome {
-        let started = ContinuousClock.now
-        var attempt = 0
-        while !Task.isCancelled {
-            // Each attempt reads the live location again: a newer fix may have reached Fleet
-            // Engine while this one waited to retry (the live relay goes on meanwhile).
-            let delivery = await forwarder.deliver(update, checkLiveLocation: !configuration.force)
-            switch delivery.outcome {
-            case .accepted: return .accepted
-            case .stale: return .skippedNewerLive
-            case .rejected(let reason, let detail):
-                logger.warning("Replay of \(update.vehicle) failed: \(reason): \(detail)")
-                return .failed(reason)
-            case .abandoned: return .interrupted
-            case .retry(let failure):
-                guard ContinuousClock.now - started < configuration.retryDeadline else {
-                    guard failure.isFleetEngine else { return .failed(failure.cause) }
-                    logger.warning("Replay of \(update.vehicle) failed: \(UpdateForwarder.retryDeadlineExceeded) after \(attempt + 1) attempts; last cause: \(failure.cause): \(failure.detail)")
-                    return .failed(UpdateForwarder.retryDeadlineExceeded)
-                }
-                let delay = configuration.retryPolicy.delay(attempt: attempt, retryAfterSeconds: failure.retryAfterSeconds)
-                if (try? await Task.sleep(for: delay)) == nil { return .interrupted }
-                attempt += 1
-            }
-        }
-        return .interrupted
-    }
-
-    static func key(_ vehicle: VehicleIdentity) -> String { "\(vehicle.kind.rawValue)/\(vehicle.id)" }
 }
 
-/// Tallies the sending phase's outcomes and records settled vehicles in the checkpoint.
-/// Senders only append under its lock; the file is written by one saver outside it.
-final class SendLedger: Sendable {
-    struct Outcomes {
-        var accepted = 0
-        var skippedNewerLive = 0
-        var failures: [String: Int] = [:]
+/// What a dry run counts per vehicle: memory grows with vehicles, not with the window.
+struct DryRunTally {
+    let pastLimit: Int
+    private var fixes: [VehicleIdentity: Int] = [:]
+    private var oldest: Int64?
+    private var newest: Int64?
+
+    init(pastLimit: Int) {
+        self.pastLimit = pastLimit
     }
 
-    enum VehicleOutcome {
-        case accepted
-        case skippedNewerLive
-        case failed(String)
-        case interrupted
+    mutating func add(_ update: LocationUpdate) {
+        fixes[update.vehicle, default: 0] += 1
+        let time = update.fix.recordedAtMilliseconds
+        oldest = min(oldest ?? time, time)
+        newest = max(newest ?? time, time)
     }
 
+    func plan(windows: [PartitionWindow]) -> Replayer.Plan {
+        let perRequest = pastLimit + 1
+        return Replayer.Plan(windows: windows, vehicles: fixes.count,
+                             requests: fixes.values.reduce(0) { $0 + ($1 + perRequest - 1) / perRequest },
+                             fixesPerRequest: perRequest,
+                             fixesPerVehicle: Array(fixes.values), oldestMilliseconds: oldest, newestMilliseconds: newest)
+    }
+}
+
+/// The pipeline's pause wish, from the state machine (under its lock: posting never blocks) to
+/// the window reader, which waits here while every partition it still reads is paused.
+final class PauseMailbox: Sendable {
     private struct State {
-        var outcomes = Outcomes()
-        var checkpoint: ReplayCheckpoint
-        /// Vehicles settled so far: tells the saver whether there is anything new to write.
-        var settledCount = 0
+        var wish: Set<TopicPartition> = []
+        var waiter: CheckedContinuation<Void, Never>?
     }
 
-    private let state: Mutex<State>
-    private let nextIndex = Atomic<Int>(0)
-    private let progress: ReplayProgress
+    private let state = Mutex(State())
 
-    init(checkpoint: ReplayCheckpoint, progress: ReplayProgress) {
-        state = Mutex(State(checkpoint: checkpoint))
-        self.progress = progress
+    var wish: Set<TopicPartition> { state.withLock { $0.wish } }
+
+    func post(_ wish: Set<TopicPartition>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.wish = wish
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 
-    /// The index of the next update for a worker to send.
-    func takeIndex() -> Int { nextIndex.add(1, ordering: .relaxed).oldValue }
+    /// Returns once the wish differs from `current`, or the task is cancelled.
+    func waitForChange(from current: Set<TopicPartition>) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let changed = state.withLock { state -> Bool in
+                    guard state.wish == current, !Task.isCancelled else { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if changed { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state in
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume()
+        }
+    }
+}
 
-    var result: (Outcomes, ReplayCheckpoint) { state.withLock { ($0.outcomes, $0.checkpoint) } }
+/// Writes the checkpoint for each commit order of the state machine, one at a time, off the
+/// pipeline's lock (a durable write takes milliseconds), and answers the order once saved.
+final class CheckpointSaver: Sendable {
+    private let orders: AsyncStream<CommitOrder>
+    private let intake: AsyncStream<CommitOrder>.Continuation
+    private let saved: Mutex<ReplayCheckpoint>
+    private let save: @Sendable (ReplayCheckpoint) throws -> Void
+    private let logger: Logger
 
-    /// Writes the checkpoint once a second while vehicles settle, until cancelled. The copy is
-    /// taken under the lock (copy-on-write: no bytes move); encoding and `fsync` happen outside it.
-    func saveEverySecond(save: (ReplayCheckpoint) throws -> Void, onError: (any Error) -> Void) async {
-        var savedCount = 0
-        while (try? await Task.sleep(for: .seconds(1))) != nil {
-            let (checkpoint, count) = state.withLock { ($0.checkpoint, $0.settledCount) }
-            guard count != savedCount else { continue }
+    init(checkpoint: ReplayCheckpoint, save: @escaping @Sendable (ReplayCheckpoint) throws -> Void, logger: Logger) {
+        (orders, intake) = AsyncStream.makeStream()
+        saved = Mutex(checkpoint)
+        self.save = save
+        self.logger = logger
+    }
+
+    /// The checkpoint as last recorded.
+    var checkpoint: ReplayCheckpoint { saved.withLock { $0 } }
+
+    /// Takes an order; never blocks (the state machine orders one commit at a time).
+    func submit(_ order: CommitOrder) -> String? {
+        intake.yield(order)
+        return nil
+    }
+
+    func finish() {
+        intake.finish()
+    }
+
+    func run(answer: (CommitOrder, String?) -> Void) async {
+        for await order in orders {
+            let checkpoint = saved.withLock { checkpoint in
+                checkpoint.recordFinished(order.offsets, of: checkpoint.topic)
+                return checkpoint
+            }
             do {
                 try save(checkpoint)
-                savedCount = count
+                answer(order, nil)
             } catch {
-                onError(error)
+                logger.error("Checkpoint not saved: \(error)")
+                answer(order, "\(error)")
             }
-        }
-    }
-
-    func settle(_ vehicle: VehicleIdentity, _ outcome: VehicleOutcome) {
-        let label: String
-        switch outcome {
-        case .interrupted: return  // not settled: a resumed replay sends it
-        case .accepted: label = "accepted"
-        case .skippedNewerLive: label = "skipped_newer_live"
-        case .failed: label = "failed"
-        }
-        Counter(label: "fleet_relay_replay_vehicles_total", dimensions: [("outcome", label)]).increment()
-        progress.advance()
-        state.withLock { state in
-            switch outcome {
-            case .accepted: state.outcomes.accepted += 1
-            case .skippedNewerLive: state.outcomes.skippedNewerLive += 1
-            case .failed(let reason):
-                // Failed vehicles stay unsettled, so a resumed replay tries them again.
-                state.outcomes.failures[reason, default: 0] += 1
-                return
-            case .interrupted: return
-            }
-            state.checkpoint.settledVehicles.append(Replayer.key(vehicle))
-            state.settledCount += 1
         }
     }
 }

@@ -22,11 +22,12 @@ struct ReplayCommand: AsyncParsableCommand {
         commandName: "replay",
         abstract: "Replay a time window of the location topic into Fleet Engine (backfill after an outage).",
         discussion: """
-            Reads the window by explicit partition assignment (no consumer group, no commits), coalesces each \
-            vehicle's fixes across the whole window into one request, and skips vehicles whose live location in \
-            Fleet Engine is already newer. Stops by itself at the window's end and prints a summary. \
-            Exit status: 0 all settled, 1 some vehicles failed or records of the window were deleted by retention \
-            before they were read, 128+signal when interrupted.
+            Reads the window by explicit partition assignment (no consumer group, no commits) and streams it \
+            through the relay's pipeline: every fix of the window is sent, each vehicle's oldest first, in \
+            requests of up to --max-past-locations + 1 fixes; Fleet Engine's live location is read before every \
+            request, and fixes not newer than it are skipped. Stops by itself at the window's end and prints a \
+            summary. Exit status: 0 everything sent or skipped, 1 some fixes failed or records of the window were \
+            deleted by retention before they were read, 128+signal when interrupted.
             """)
 
     @OptionGroup var kafka: KafkaOptions
@@ -53,7 +54,7 @@ struct ReplayCommand: AsyncParsableCommand {
     @Flag(help: "Read the window and print what would be sent, without calling Fleet Engine.")
     var dryRun = false
 
-    @Option(help: "File recording the window and the vehicles done, so an interrupted replay resumes where it stopped.")
+    @Option(help: "File recording the window and, per partition, the offset below which every record finished, so an interrupted replay resumes where it stopped.")
     var checkpoint: String?
 
     @Flag(help: "Send without comparing with Fleet Engine's live locations (may move vehicles back in time).")
@@ -74,7 +75,10 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "Older fixes sent with a vehicle's newest one, at most (pastLocations).")
     var maxPastLocations = 100
 
-    @Option(help: "Give up on a vehicle whose update keeps failing for this long (counted as failed; retried on resume).")
+    @Option(help: "Records read and not yet finished, at most: bounds memory (about 0.5 KB each). Vehicles wait for a full request of --max-past-locations + 1 fixes until this is reached.")
+    var maxPendingRecords = ReplayConfiguration.defaultMaximumPendingRecords
+
+    @Option(help: "Give up on a vehicle whose update keeps failing for this long (dead-lettered, or counted as failed and retried on resume with --no-dead-letter).")
     var retryDeadline = DurationArgument(argument: "2m")!
 
     @Option(help: "Port for /metrics, /healthz, /readyz during the replay (metrics labelled mode=\"replay\"). Default: none.")
@@ -96,6 +100,7 @@ struct ReplayCommand: AsyncParsableCommand {
         guard (to != nil) != toEnd else { throw ValidationError("give exactly one of --to and --to-end") }
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a number of requests per second, 0 for unlimited") }
         guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
+        guard maxPendingRecords > 0 else { throw ValidationError("--max-pending-records must be positive") }
         _ = try window()
         _ = try partitionList()
     }
@@ -133,7 +138,8 @@ struct ReplayCommand: AsyncParsableCommand {
             topic: topic, partitions: try partitionList(), fromMilliseconds: fromMilliseconds, toMilliseconds: toMilliseconds,
             rate: rate > 0 ? rate : nil, maximumInFlight: fleetEngine.maxInFlight, dryRun: dryRun,
             checkpointPath: checkpoint, force: force, deadLetterTopic: noDeadLetter ? nil : deadLetterTopic ?? topic + ".dlq",
-            defaultKind: kind, inputMapping: inputMapping, pastLimit: maxPastLocations, retryDeadline: retryDeadline.duration)
+            defaultKind: kind, inputMapping: inputMapping, pastLimit: maxPastLocations, maximumPendingRecords: maxPendingRecords,
+            retryDeadline: retryDeadline.duration)
         configuration.schemaSource = try input.schemaSource(egress: try egressOptions.egress())
         configuration.restart = restart
         configuration.requestedAs = ReplayRequest(from: Self.requested(from, fromMilliseconds), to: to.map { Self.requested($0, toMilliseconds!) },
@@ -166,7 +172,7 @@ struct ReplayCommand: AsyncParsableCommand {
         if dryRun { print(Self.describe(plan)) }
         print(summary.table)
         if let signal = interrupt.received {
-            logger.warning("Interrupted: \(summary.unsettled) vehicles not sent\(checkpoint.map { "; resume with --checkpoint \($0)" } ?? "")")
+            logger.warning("Interrupted: \(summary.unfinished) records read and not finished\(checkpoint.map { "; resume with --checkpoint \($0)" } ?? "")")
             throw ExitCode(128 + signal)
         }
         if summary.failed > 0 || !summary.deletedBeforeRead.isEmpty { throw ExitCode(1) }
@@ -225,8 +231,8 @@ struct ReplayCommand: AsyncParsableCommand {
         }
         let counts = plan.fixesPerVehicle
         lines.append("would send")
-        lines.append("  vehicles  \(plan.updates.count)")
-        lines.append("  requests  \(plan.updates.count)")
+        lines.append("  vehicles  \(plan.vehicles)")
+        lines.append("  requests  \(plan.requests) (every fix, oldest first, up to \(plan.fixesPerRequest) per request)")
         if !counts.isEmpty {
             let mean = Double(counts.reduce(0, +)) / Double(counts.count)
             lines.append("  events per vehicle  min \(counts.min()!), mean \(String(format: "%.1f", mean)), max \(counts.max()!)")

@@ -1,0 +1,204 @@
+import FleetEngine
+import Kafka
+import Logging
+
+/// The pipeline at work, for the live relay and for a replay alike: a fixed set of workers
+/// taking the state machine's requests, the timer of its deadlines, and the dead letters it
+/// orders. Whoever feeds it records (a consumer group member, a replay's window reader) hands
+/// them to `consume` and connects the pauses and commits the state machine orders.
+public final class PipelineDriver: Sendable {
+    public typealias Actions = PipelineActions<CheckedContinuation<CoalescedRequest?, Never>>
+
+    let pipeline: Pipeline
+    let forwarder: UpdateForwarder
+    /// nil: records Fleet Engine refuses are not dead-lettered but stay unfinished, counted as
+    /// failed (a replay without a dead-letter topic: a resumed run tries them again).
+    let deadLetters: DeadLetterWriter?
+    let statistics: RelayStatistics
+    private let health: RelayHealth
+    private let logLimiter: LogLimiter
+    private let logger: Logger
+    private let maximumInFlight: Int
+    /// False: nothing is compared with Fleet Engine's live location (a replay's `--force`).
+    private let readsLiveLocation: Bool
+    /// Awaited before a worker takes its next request (a replay's request rate); false ends the worker.
+    private let beforeEachRequest: @Sendable () async -> Bool
+    /// Hands memory freed by a drained burst back to the system (the allocator's business).
+    private let releaseFreedMemory: @Sendable () -> Void
+
+    /// - Parameter releaseFreedMemory: runs once each time a burst of unfinished records (a
+    ///   cold start, a backlog) has drained, on the thread that finished it.
+    public init(limits: PipelineLimits, forwarder: UpdateForwarder, deadLetters: DeadLetterWriter?,
+                statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger,
+                maximumInFlight: Int, readsLiveLocation: Bool = true,
+                beforeEachRequest: @escaping @Sendable () async -> Bool = { true },
+                releaseFreedMemory: @escaping @Sendable () -> Void = {}) {
+        self.pipeline = Pipeline(limits: limits)
+        self.forwarder = forwarder
+        self.deadLetters = deadLetters
+        self.statistics = statistics
+        self.health = health
+        self.logLimiter = logLimiter
+        self.logger = logger
+        self.maximumInFlight = maximumInFlight
+        self.readsLiveLocation = readsLiveLocation
+        self.beforeEachRequest = beforeEachRequest
+        self.releaseFreedMemory = releaseFreedMemory
+    }
+
+    // MARK: Feeding
+
+    /// Partitions to take records of, under an assignment generation.
+    public func assign(_ partitions: [TopicPartition], generation: UInt64) {
+        carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
+    }
+
+    /// Takes consumed records in.
+    public func consume(_ records: [ConsumedRecord]) {
+        carryOut(pipeline.handle { $0.consume(records, now: .now) })
+    }
+
+    /// No more records will come: what is queued goes out, then the workers stop.
+    public func endInput() {
+        carryOut(pipeline.handle { $0.endInput(now: .now) })
+    }
+
+    /// Stops intake for good (shutdown, an interrupted replay): what is queued stays
+    /// unfinished, and the workers stop once the requests under way ended.
+    public func closeIntake() {
+        carryOut(pipeline.handle { $0.closeIntake() })
+    }
+
+    /// Reads the state, for figures and progress.
+    public func read<Value>(_ body: (PipelineState<CheckedContinuation<CoalescedRequest?, Never>>) -> Value) -> Value {
+        pipeline.read(body)
+    }
+
+    /// From now on, pause wishes go through `applier`, in the order the state made them
+    /// (under the pipeline's lock: it must not block or call back).
+    public func applyPauses(through applier: (@Sendable (Set<TopicPartition>) -> Void)?) {
+        pipeline.applyPauses(through: applier)
+    }
+
+    /// From now on, commit orders go through `issuer`, which must not block or call back
+    /// before it returned; the answer goes to `commitAnswered`. Returns why when refused at once.
+    public func issueCommits(through issuer: (@Sendable (CommitOrder) -> String?)?) {
+        pipeline.issueCommits(through: issuer)
+    }
+
+    public func commitAnswered(_ order: CommitOrder, failure: String?) {
+        carryOut(pipeline.handle { $0.commitAnswered(order, failure: failure, now: .now) })
+    }
+
+    // MARK: Carrying out
+
+    /// Carries out what the pipeline asked for besides resuming workers, pauses and commits:
+    /// dead letters, counts, logs and health.
+    func carryOut(_ actions: Actions) {
+        if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
+        if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
+        if actions.skippedRecords > 0 { statistics.recordFinished(.skipped, count: actions.skippedRecords) }
+        for order in actions.deadLetters { deadLetter(order) }
+        if let change = actions.pause { logPause(change) }
+        if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
+        if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
+        if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
+        if actions.burstDrained {
+            let took = ContinuousClock().measure(releaseFreedMemory)
+            logger.debug("A burst of records drained: freed memory handed back to the system in \(took)")
+        }
+        if let failure = actions.commitFailure {
+            logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
+        }
+    }
+
+    /// Fetching pauses for each partition holding its share of `maximumPendingRecords`
+    /// unfinished records, and resumes once half of that finished (decided by the pipeline,
+    /// which hands the wish to the consumer).
+    private func logPause(_ change: PauseChange) {
+        if !change.pausing.isEmpty {
+            logger.info("Pausing \(change.pausing.map(\.description).joined(separator: ", ")): at least \(change.share) records unfinished each")
+        }
+        if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
+    }
+
+    private func deadLetter(_ order: DeadLetterOrder) {
+        guard let deadLetters else {
+            statistics.recordFailed()
+            logLimiter.warning("failed", to: logger, "Not sent, kept for a resumed run: \(order.source.description) (\(order.reason)): \(order.detail)")
+            return
+        }
+        deadLetters.submit(order) { [self] in
+            statistics.recordDeadLetter(reason: order.reason)
+            carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
+        }
+    }
+
+    // MARK: Running
+
+    /// The state machine's deadlines: deferred vehicles, commits, forgetting idle vehicles; until cancelled.
+    public func runDeadlines() async {
+        await pipeline.runDeadlines(apply: carryOut)
+    }
+
+    /// Sending and dead-lettering, until no more requests will come and every dead letter is written.
+    public func process() async {
+        await withDiscardingTaskGroup { group in
+            if let deadLetters { group.addTask { await deadLetters.run() } }
+            group.addTask {
+                await withDiscardingTaskGroup { workers in
+                    // Each worker runs on one event loop and sends on that loop's connections:
+                    // a request is written and its answer resumes the worker on the same thread.
+                    let executors = self.forwarder.client.connectionExecutors
+                    for index in 0..<self.maximumInFlight {
+                        workers.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
+                    }
+                }
+                self.deadLetters?.finishIntake()
+            }
+        }
+    }
+
+    /// One worker: takes the pipeline's next request, makes one attempt at it and reports the
+    /// outcome, until no more requests will come. It never waits to retry: a failed attempt
+    /// makes its vehicle due later and the worker takes the next vehicle at once.
+    private func work() async {
+        // The request rate is waited for before a request is taken: a vehicle whose request
+        // waited in a worker could not take in the fixes that arrive meanwhile.
+        while await beforeEachRequest(), let request = await pipeline.nextRequest(whenReady: carryOut) {
+            statistics.requestStarted()
+            let pipeline = self.pipeline
+            let checkLive = readsLiveLocation && request.liveCheckEpoch != nil
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive) {
+                pipeline.read { state in request.sources.contains(where: state.owns) }
+            }
+            statistics.requestEnded()
+            let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
+            carryOut(actions)
+            count(request, delivery, gaveUp: actions.deadLetters)
+        }
+    }
+
+    private func count(_ request: CoalescedRequest, _ delivery: Delivery, gaveUp: [DeadLetterOrder]) {
+        switch delivery.outcome {
+        case .accepted:
+            statistics.recordFinished(.accepted)
+            statistics.recordFinished(.superseded, count: request.carried.count - delivery.pastLocationsOlderThanLive)
+            statistics.recordFinished(.stale, count: delivery.pastLocationsOlderThanLive)
+            statistics.recordAccepted(recordedAtMilliseconds: request.update.lastLocation.recordedAtMilliseconds,
+                                      coalesced: request.sources.count)
+        case .stale:
+            statistics.recordFinished(.stale, count: request.sources.count)
+        case .rejected(let reason, let detail):
+            statistics.refused.add(request.sources.count, ordering: .relaxed)
+            logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
+        case .retry:
+            if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
+                statistics.refused.add(gaveUp.count, ordering: .relaxed)
+                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")
+            }
+        case .abandoned:
+            break
+        }
+    }
+}
