@@ -655,21 +655,27 @@ import Testing
         #expect(core.state.offsetsToCommit() == [core.offset(0, 9)])
     }
 
-    /// Fetching that waits for records to finish must not wait for vehicles that wait for more.
-    @Test func heldVehiclesGoOutWhenFetchingPausesAndHoldAgainWhenItResumes() throws {
-        var limits = PipelineLimits(pastLocations: 5, maximumPendingRecords: 4)
+    /// Fetching that waits for records to finish must not wait for vehicles that wait for more:
+    /// once fetching is paused and only held vehicles are left, they go out.
+    @Test func heldVehiclesGoOutWhenFetchingPausesWithNothingElseToDoAndHoldAgainWhenItResumes() throws {
+        var limits = PipelineLimits(pastLocations: 1, maximumPendingRecords: 6)
         limits.holdsPartialRequests = true
         let core = Core(limits: limits)
         core.consume((0..<3).map { core.fix("v\($0)", at: 1, offset: Int64($0)) })
         #expect(core.request() == nil, "three vehicles hold a fix each")
-        core.consume([core.fix("v3", at: 1, offset: 3)])
+        core.consume([core.fix("full", at: 1, offset: 3), core.fix("full", at: 2, offset: 4), core.fix("v3", at: 1, offset: 5)])
         #expect(core.pauseWish == [core.partition(0)])
+        let full = try #require(core.takeResumed().first)
+        #expect(full.update.vehicle.id == "full" && core.request() == nil,
+                "a full request is under way and will finish records: the others go on holding")
+        core.complete(full, .accepted)
+        #expect(core.pauseWish == [core.partition(0)], "4 of a share of 6: above half")
         var requests = core.takeResumed()
         while let request = core.request() { requests.append(request) }
-        #expect(requests.count == 4, "the pause releases every held vehicle")
+        #expect(requests.count == 4, "paused with nothing else to do: every held vehicle goes out")
         for request in requests { core.complete(request, .accepted) }
         #expect(core.pauseWish.isEmpty)
-        core.consume([core.fix("v4", at: 1, offset: 4)])
+        core.consume([core.fix("v4", at: 1, offset: 6)])
         #expect(core.request() == nil, "fetching resumed: vehicles wait for a full request again")
     }
 

@@ -353,6 +353,7 @@ public struct PipelineState<Waiter> {
         case .retry(let failure):
             retry(request, after: failure, now: now, random: random, &actions)
             endRequest(request, now: now, &actions)
+            updateHolding(now: now, &actions)
             return finished(actions)
         }
         if let lane {
@@ -362,6 +363,7 @@ public struct PipelineState<Waiter> {
         }
         endRequest(request, now: now, &actions)
         updateOutage(now: now, failure: nil, &actions)
+        updateHolding(now: now, &actions)
         return finished(actions)
     }
 
@@ -492,6 +494,7 @@ public struct PipelineState<Waiter> {
         if now >= nextSweep { forgetIdleVehicles(now: now) }
         commitIfDue(now: now, &actions)
         serveWaiters(now: now, &actions)
+        updateHolding(now: now, &actions)
         return finished(actions)
     }
 
@@ -721,24 +724,30 @@ public struct PipelineState<Waiter> {
         } else if progress.paused, unfinished <= share / 2 {
             partitions[partition]!.paused = false
             actions.resuming.append(partition)
-            if limits.holdsPartialRequests, !inputEnded, !partitions.values.contains(where: \.paused) {
-                holdingPartialRequests = true
-            }
         }
     }
 
-    /// Vehicles wait for a full request only while the input flows and no partition is paused:
-    /// fetching that waits for records to finish must not wait for vehicles that wait for more
-    /// records. When holding stops, every held vehicle goes out; it resumes with the fetching.
+    /// Vehicles wait for a full request while the input flows, unless fetching is paused and
+    /// nothing but held vehicles is left to finish records: fetching that waits for records to
+    /// finish must not wait for vehicles that wait for more records. When holding stops, every
+    /// held vehicle goes out; holding resumes once fetching does.
     private mutating func updateHolding(now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard limits.holdsPartialRequests else { return }
-        let holding = !inputEnded && !partitions.values.contains(where: \.paused)
+        let paused = partitions.values.contains(where: \.paused)
+        let holding = if inputEnded {
+            false
+        } else if holdingPartialRequests {
+            !(paused && requestsInFlight == 0 && ready.isEmpty && deferred.isEmpty)
+        } else {
+            !paused  // released: holds again once fetching resumed
+        }
         defer { holdingPartialRequests = holding }
         guard holdingPartialRequests, !holding else { return }
         holdingPartialRequests = false
         for lane in lanes.values.indices where lanes.values[lane].wantsScheduling {
             schedule(lanes.keys[lane], at: lane, now: now, &actions)
         }
+        serveWaiters(now: now, &actions)
     }
 
     /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
