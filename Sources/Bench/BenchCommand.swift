@@ -52,6 +52,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Longest steady-state warm-up in seconds.")
     var warmupLimit = 240
 
+    @Option(help: "Vehicles in the replay scenario.")
+    var replayVehicles = 10_000
+
+    @Option(help: "Fixes per vehicle in the replay scenario (each vehicle's history is sent whole, in requests of up to 101).")
+    var replayFixesPerVehicle = 60
+
     @Option(help: "Update requests sent to measure the emulator's ceiling.")
     var ceilingRequests = 20_000
 
@@ -59,8 +65,11 @@ struct BenchCommand: AsyncParsableCommand {
             help: "An extra argument for the relay's run command, e.g. --relay-arg=--max-pending-records=300000 (repeatable).")
     var relayArguments: [String] = []
 
-    @Option(help: "Stop after this scenario: ceilings, drain, warm, steady or formats (default: all).")
-    var until: Stage = .formats
+    @Option(help: "Stop after this scenario: ceilings, drain, warm, steady, formats or replay (default: all).")
+    var until: Stage = .replay
+
+    @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats or replay.")
+    var from: Stage = .ceilings
 
     @Option(name: .customLong("transport"),
             help: "How the relay reaches the emulator: https (HTTPS, HTTP/2 negotiated) and plain (HTTP/1.1) (repeatable; default both). The drain and warm steady state run once per transport; the overload runs on the first.")
@@ -70,7 +79,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let httpsOverheadCeiling = 1.5
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
-        case ceilings, drain, warm, steady, formats
+        case ceilings, drain, warm, steady, formats, replay
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
         private var order: Int { Self.allCases.firstIndex(of: self)! }
     }
@@ -108,14 +117,14 @@ struct BenchCommand: AsyncParsableCommand {
             }
             var drainCPU: [Transport: Double] = [:]
             var warmCPU: [Transport: Double] = [:]
-            if until >= .drain {
+            if until >= .drain, from <= .drain {
                 for (run, ceiling) in zip(runs, requestCeilings) {
                     say("2. backlog drain over \(run.transport.title)")
                     drainCPU[run.transport] = try await run.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: ceiling,
                                                                           report: &report)
                 }
             }
-            if until >= .warm {
+            if until >= .warm, from <= .warm {
                 for (run, ceiling) in zip(runs, requestCeilings) {
                     say("3. warm steady state over \(run.transport.title): \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
                     let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
@@ -131,16 +140,21 @@ struct BenchCommand: AsyncParsableCommand {
                 report.add("HTTPS overhead", "\(figure), HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
                            "×", ratio: https / plain / Self.httpsOverheadCeiling, of: "the \(Self.httpsOverheadCeiling)× ceiling")
             }
-            if until >= .steady {
+            if until >= .steady, from <= .steady {
                 say("4. overload over \(runs[0].transport.title): \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
                 let plan = Scenarios.SteadyPlan(section: "overload steady state", topic: "bench-steady", vehicles: steadyVehicles,
                                                 rate: steadyRate, seconds: steadySeconds, warmupLimit: warmupLimit,
                                                 reportsTokens: true)
                 try await runs[0].steadyState(plan, consumeCeiling: consume, requestCeiling: requestCeilings[0], report: &report)
             }
-            if until >= .formats {
+            if until >= .formats, from <= .formats {
                 say("5. input formats over \(runs[0].transport.title): the same \(formatVehicles * formatFixesPerVehicle) events as native events, native events through a mapping, Traccar records and Avro records")
                 try await runs[0].inputFormats(vehicles: formatVehicles, fixesPerVehicle: formatFixesPerVehicle, report: &report)
+            }
+            if until >= .replay {
+                say("6. replay over \(runs[0].transport.title): \(replayVehicles * replayFixesPerVehicle) fixes of \(replayVehicles) vehicles, at two bounds on pending records")
+                try await runs[0].replay(vehicles: replayVehicles, fixesPerVehicle: replayFixesPerVehicle,
+                                         pendingBounds: [20_000, 400_000], report: &report)  // 400,000: the replay's default
             }
         } catch {
             await environment.shutdown()

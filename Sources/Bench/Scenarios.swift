@@ -296,7 +296,7 @@ struct Scenarios {
         return cpuPerRequest
     }
 
-    private func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
+    func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
         (after[field]?.numberValue ?? 0) - (before[field]?.numberValue ?? 0)
     }
 }

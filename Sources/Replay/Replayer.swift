@@ -41,8 +41,10 @@ public struct ReplayConfiguration: Sendable {
     /// The flags as given (`-2h` stays relative); by default the absolute times and partitions above.
     public var requestedAs: ReplayRequest?
 
-    /// About 100 MB of records waiting: 2,000 vehicles can fill whole requests of 101 fixes.
-    public static let defaultMaximumPendingRecords = 200_000
+    /// About 230 MB of records waiting (about 600 bytes each with their vehicles' lanes and
+    /// queues), inside a 512 MiB Job with room to spare: up to 4,000 vehicles fill whole
+    /// requests of 101 fixes; more share the bound (10,000 vehicles: about 40 fixes per request).
+    public static let defaultMaximumPendingRecords = 400_000
 
     /// What a checkpoint must have been made for to be resumed by this replay.
     public var request: ReplayRequest {
