@@ -107,16 +107,20 @@ public struct ReplayCheckpoint: Codable, Sendable, Equatable {
     /// The checkpoint at `path`, or nil when there is none yet.
     public static func load(from path: String) throws -> ReplayCheckpoint? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let checkpoint: ReplayCheckpoint
+        struct Versioned: Decodable { let version: Int }
         do {
-            checkpoint = try JSONDecoder().decode(ReplayCheckpoint.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+            let data = try Data(contentsOf: URL(fileURLWithPath: path))
+            let version = try JSONDecoder().decode(Versioned.self, from: data).version
+            guard version == currentVersion else {
+                throw Problem(description: "checkpoint \(path) has version \(version), expected \(currentVersion): "
+                    + "finish it with the fleet-relay that wrote it, or give --restart to discard it and start over")
+            }
+            return try JSONDecoder().decode(ReplayCheckpoint.self, from: data)
+        } catch let problem as Problem {
+            throw problem
         } catch {
             throw Problem(description: "checkpoint \(path) is unreadable: \(error)")
         }
-        guard checkpoint.version == currentVersion else {
-            throw Problem(description: "checkpoint \(path) has version \(checkpoint.version), expected \(currentVersion)")
-        }
-        return checkpoint
     }
 
     /// Throws `Mismatch` unless this checkpoint was made for `topic` and `request`.

@@ -169,16 +169,16 @@ public final class Replayer: Sendable {
     // MARK: Window
 
     private func startingCheckpoint(_ reader: KafkaPartitionReader) async throws -> ReplayCheckpoint {
-        if let path = configuration.checkpointPath, let saved = try ReplayCheckpoint.load(from: path) {
-            if configuration.restart {
+        if let path = configuration.checkpointPath, configuration.restart {
+            if FileManager.default.fileExists(atPath: path) {
                 logger.warning("--restart: discarding checkpoint \(path) and starting over")
-            } else {
-                try saved.check(topic: configuration.topic, request: configuration.request, path: path)
-                let end: String = saved.toMilliseconds.map { RFC3339.format(milliseconds: $0) } ?? "the end"
-                let left = saved.partitions.reduce(0) { $0 + $1.end - saved.startOffset(of: $1) }
-                logger.info("Resuming from checkpoint \(path): \(left) records of the window left to read; the window resolved then (\(RFC3339.format(milliseconds: saved.fromMilliseconds)) to \(end)) is kept")
-                return saved
             }
+        } else if let path = configuration.checkpointPath, let saved = try ReplayCheckpoint.load(from: path) {
+            try saved.check(topic: configuration.topic, request: configuration.request, path: path)
+            let end: String = saved.toMilliseconds.map { RFC3339.format(milliseconds: $0) } ?? "the end"
+            let left = saved.partitions.reduce(0) { $0 + $1.end - saved.startOffset(of: $1) }
+            logger.info("Resuming from checkpoint \(path): \(left) records of the window left to read; the window resolved then (\(RFC3339.format(milliseconds: saved.fromMilliseconds)) to \(end)) is kept")
+            return saved
         }
         let available = try await reader.partitionIDs(topic: configuration.topic)
         let chosen = configuration.partitions ?? available
@@ -214,7 +214,7 @@ public final class Replayer: Sendable {
             logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
         }
         let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
-        let driver = makeDriver(sender: sender, limiter: limiter)
+        let driver = try makeDriver(sender: sender, limiter: limiter)
         let pending = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
         driver.assign(pending.map { topicPartition($0.partition) }, generation: Self.generation)
         let pauses = PauseMailbox()
@@ -261,7 +261,7 @@ public final class Replayer: Sendable {
     /// The replay's partitions are assigned once; the window reader stamps every record with generation 0.
     private static let generation: UInt64 = 0
 
-    private func makeDriver(sender: ReplaySender, limiter: RequestRateLimiter?) -> PipelineDriver {
+    private func makeDriver(sender: ReplaySender, limiter: RequestRateLimiter?) throws -> PipelineDriver {
         var limits = PipelineLimits(pastLocations: configuration.pastLimit,
                                     maximumPendingRecords: configuration.maximumPendingRecords,
                                     retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline)
@@ -275,15 +275,15 @@ public final class Replayer: Sendable {
                 if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
             })
         return PipelineDriver(
-            limits: limits, forwarder: forwarder, deadLetters: deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
+            limits: limits, forwarder: forwarder, deadLetters: try deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
             health: health, logLimiter: logLimiter, logger: logger, maximumInFlight: configuration.maximumInFlight,
             readsLiveLocation: !configuration.force,
             beforeEachRequest: { (try? await limiter?.acquire()) != nil || limiter == nil })
     }
 
-    private func deadLetterWriter(logLimiter: LogLimiter) -> DeadLetterWriter? {
-        guard let topic = configuration.deadLetterTopic,
-              let producer = try? KafkaProducer(configuration: kafka, logger: logger) else { return nil }
+    private func deadLetterWriter(logLimiter: LogLimiter) throws -> DeadLetterWriter? {
+        guard let topic = configuration.deadLetterTopic else { return nil }
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
         return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
                                 logLimiter: logLimiter, health: health, logger: logger)
     }
@@ -320,7 +320,7 @@ public final class Replayer: Sendable {
         while !remaining.isEmpty, !Task.isCancelled {
             if let pauses {
                 let wish = pauses.wish
-                try await reader.pause(wish.subtracting(paused), resume: paused.subtracting(wish))
+                if wish != paused { try await reader.pause(wish.subtracting(paused), resume: paused.subtracting(wish)) }
                 paused = wish
                 if remaining.keys.allSatisfy({ paused.contains(topicPartition($0)) }) {
                     await pauses.waitForChange(from: paused)  // nothing to read until records finish

@@ -109,6 +109,20 @@ struct FakeTimeIndex: PartitionTimeIndex {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["replay.json"])
     }
 
+    /// A checkpoint of the earlier format (vehicles settled, no finished offsets) is refused with
+    /// what to do, not as unreadable.
+    @Test func aCheckpointOfAnEarlierVersionIsRefusedWithWhatToDo() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cp-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data(#"{"version":1,"topic":"t","fromMilliseconds":1,"partitions":[],"settledVehicles":[],"complete":false}"#.utf8)
+            .write(to: URL(fileURLWithPath: path))
+        #expect {
+            _ = try ReplayCheckpoint.load(from: path)
+        } throws: { error in
+            "\(error)".contains("has version 1, expected 2") && "\(error)".contains("--restart")
+        }
+    }
+
     @Test func aCheckpointIsResumedOnlyByTheSameRequest() throws {
         let request = ReplayRequest(from: "-2h", to: nil, partitions: nil)
         let checkpoint = ReplayCheckpoint(topic: "t", request: request, fromMilliseconds: 1, toMilliseconds: nil, partitions: [])
