@@ -76,10 +76,16 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Answers every vehicle read (`GET`) with this status, as Fleet Engine does for a token
         /// whose role may update but not read (403), while updates go on being served.
         public var vehicleReadStatus: Int?
+        /// The project's quota: requests (reads and updates) per second through a token bucket
+        /// holding one second's worth; past it, 429 RESOURCE_EXHAUSTED without `Retry-After`, as
+        /// Google's APIs answer. nil: no quota.
+        public var quotaPerSecond: Double?
 
         public init(failRate: Double = 0, throttleRate: Double = 0, latency: Duration = .zero,
                     rejectedVehicles: Set<String> = [], unavailableVehicles: Set<String> = [],
-                    updateLatency: Duration = .zero, appliesAbandonedUpdates: Bool = false, vehicleReadStatus: Int? = nil) {
+                    updateLatency: Duration = .zero, appliesAbandonedUpdates: Bool = false, vehicleReadStatus: Int? = nil,
+                    quotaPerSecond: Double? = nil) {
+            self.quotaPerSecond = quotaPerSecond
             self.appliesAbandonedUpdates = appliesAbandonedUpdates
             self.vehicleReadStatus = vehicleReadStatus
             self.updateLatency = updateLatency
@@ -107,6 +113,7 @@ public final class FleetEngineEmulator: EmulatedService {
         var faults: [InjectedFault] = []
         var plan = FaultPlan()
         var downUntil: ContinuousClock.Instant?
+        var quota = QuotaBucket()
         var receivedTokens: Set<String> = []
         /// Receipt time minus `lastLocation` time of accepted updates, since the last reset.
         var latency = LatencyHistogram()
@@ -267,6 +274,9 @@ public final class FleetEngineEmulator: EmulatedService {
     private func route(_ request: HTTPRequest) -> HTTPResponse {
         if let downUntil = state.withLock({ $0.downUntil }), ContinuousClock.now < downUntil {
             return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.")
+        }
+        if !state.withLock({ $0.quota.admit(perSecond: $0.plan.quotaPerSecond, now: .now) }) {
+            return Self.error(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests' of service 'fleetengine.googleapis.com'.")
         }
         let segments = request.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         // ["", "v1", "providers", provider, collection, id]
@@ -443,5 +453,30 @@ extension String {
             bytes.append(value)
         }
         return String(validating: bytes, as: UTF8.self)
+    }
+}
+
+/// A project quota as Google's front ends keep it: a token bucket refilled at the quota's rate
+/// and holding one second's worth.
+struct QuotaBucket {
+    private var tokens: Double?
+    private var refilledAt = ContinuousClock.now
+
+    /// Takes a token for one request; false past the quota. A nil quota admits everything (and
+    /// the bucket starts full once a quota is set).
+    mutating func admit(perSecond quota: Double?, now: ContinuousClock.Instant) -> Bool {
+        guard let quota, quota > 0 else {
+            tokens = nil
+            return true
+        }
+        let elapsed = (now - refilledAt) / .seconds(1)
+        refilledAt = now
+        let available = min(quota, (tokens ?? quota) + elapsed * quota)
+        guard available >= 1 else {
+            tokens = available
+            return false
+        }
+        tokens = available - 1
+        return true
     }
 }

@@ -17,6 +17,8 @@ public struct CoalescedRequest: Sendable {
     /// backoff before the next try and the retry deadline.
     public internal(set) var retryAttempts = 0
     public internal(set) var failingSince: ContinuousClock.Instant?
+    /// When the state machine handed the attempt to a worker.
+    public internal(set) var startedAt: ContinuousClock.Instant?
 
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]

@@ -36,6 +36,8 @@ public struct RelayConfiguration: Sendable {
     public var readyMaximumOutage: Duration
     /// A vehicle with nothing to send for this long is forgotten: memory follows active vehicles.
     public var vehicleIdleTimeout: Duration
+    /// Attempts started per second at most (a known quota's share); nil: only the adaptive limit.
+    public var maximumRequestsPerSecond: Double?
 
     public init(kafka: KafkaConfiguration, topic: String, group: String, deadLetterTopic: String? = nil,
                 defaultKind: VehicleKind = .vehicle, inputMapping: InputMapping? = nil, maximumInFlight: Int = 64, maximumPendingRecords: Int = PipelineLimits.defaultMaximumPendingRecords,
@@ -43,7 +45,8 @@ public struct RelayConfiguration: Sendable {
                 shutdownTimeout: Duration = .seconds(20), retryPolicy: RetryPolicy = RetryPolicy(),
                 retryDeadline: Duration? = nil, revokeDrainTimeout: Duration = .seconds(20),
                 minimumIntervalPerVehicle: Duration = .zero, readyMaximumOutage: Duration = .seconds(60),
-                vehicleIdleTimeout: Duration = PipelineLimits.defaultVehicleIdleLimit) {
+                vehicleIdleTimeout: Duration = PipelineLimits.defaultVehicleIdleLimit,
+                maximumRequestsPerSecond: Double? = nil) {
         self.kafka = kafka
         self.topic = topic
         self.group = group
@@ -61,6 +64,7 @@ public struct RelayConfiguration: Sendable {
         self.minimumIntervalPerVehicle = minimumIntervalPerVehicle
         self.readyMaximumOutage = readyMaximumOutage
         self.vehicleIdleTimeout = vehicleIdleTimeout
+        self.maximumRequestsPerSecond = maximumRequestsPerSecond
     }
 }
 

@@ -5,6 +5,8 @@ public enum RelayMetricNames {
         "fleet_relay_records_consumed_total": "Records consumed from Kafka, by topic and partition.",
         "fleet_relay_consume_errors_total": "Errors Kafka answered instead of records (unknown or unauthorized topic, fatal client error), by error.",
         "fleet_relay_schema_registry_errors_total": "Schema Registry lookups that failed (unreachable, 5xx, 401); the records waited and were retried.",
+        "fleet_relay_concurrency_limit": "Fleet Engine attempts allowed in flight now: --max-in-flight, lowered while Fleet Engine throttles the project (429) or slows down, raised again while answers stay fast.",
+        "fleet_relay_throttled_total": "Attempts Fleet Engine answered 429 RESOURCE_EXHAUSTED (the project's quota), updates and live-location reads.",
         "fleet_relay_records_failed_total": "Records Fleet Engine refused or that failed past the retry deadline while no dead-letter topic takes them (a replay with --no-dead-letter): not sent, left for a resumed run.",
         "fleet_relay_records_finished_total": "Records that reached a final outcome: accepted, dead_lettered, superseded (sent in pastLocations), stale, or skipped (by a skip rule of the input mapping).",
         "fleet_relay_dead_letters_total": "Records written to the dead-letter topic, by reason.",

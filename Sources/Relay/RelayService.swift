@@ -42,11 +42,13 @@ public final class RelayService: Service, Sendable {
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.decoder = configuration.makeDecoder()
-        let limits = PipelineLimits(
+        var limits = PipelineLimits(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
             retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline,
             commitInterval: configuration.commitInterval)
+        limits.concurrency = ConcurrencyLimit.Settings(maximum: configuration.maximumInFlight)
+        limits.maximumRequestsPerSecond = configuration.maximumRequestsPerSecond
         // A dead letter carries the consumed record whole, plus headers: the producer must take
         // anything the consumer can hand over (the broker's topic limit still applies).
         let producerProperties = configuration.kafka.properties.merging(

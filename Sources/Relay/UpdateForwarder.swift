@@ -47,6 +47,9 @@ public struct Delivery: Sendable, Equatable {
     public var liveChecked: Bool
     /// Past locations left out of the update sent: not newer than the live location read.
     public var pastLocationsOlderThanLive = 0
+    /// How long Fleet Engine took to answer the attempt's last call (the update, or the live
+    /// read that found the update stale); nil when none was answered.
+    public var fleetEngineLatency: Duration?
 
     public init(outcome: DeliveryOutcome, newestKnownMilliseconds: Int64? = nil, liveChecked: Bool = false) {
         self.outcome = outcome
@@ -71,15 +74,11 @@ public struct UpdateForwarder: Sendable {
     let health: RelayHealth
     let logLimiter: LogLimiter
     let logger: Logger
-    let observeResponse: @Sendable (FleetEngineOutcome) -> Void
     /// The first live-location refusal of each kind per hour is logged.
     private let liveCheckNotices = LogLimiter(limit: 1, interval: .seconds(3600))
 
-    /// - Parameter observeResponse: sees every update response's outcome (a replay slows down on 429s).
     public init(client: FleetEngineClient, tokens: TokenCache, statistics: RelayStatistics, health: RelayHealth,
-                logLimiter: LogLimiter, logger: Logger,
-                observeResponse: @escaping @Sendable (FleetEngineOutcome) -> Void = { _ in }) {
-        self.observeResponse = observeResponse
+                logLimiter: LogLimiter, logger: Logger) {
         self.health = health
         self.logLimiter = logLimiter
         self.client = client
@@ -111,8 +110,8 @@ public struct UpdateForwarder: Sendable {
             let started = ContinuousClock.now
             let response = await client.send(update, token: token)
             if Task.isCancelled { return delivery }  // shutdown ended it: says nothing about Fleet Engine
+            delivery.fleetEngineLatency = .now - started
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
-            observeResponse(response.outcome)
             switch response.outcome {
             case .accepted:
                 delivery.outcome = .accepted
@@ -170,8 +169,10 @@ public struct UpdateForwarder: Sendable {
 
     /// Reads the live location; false when the attempt ends here (`delivery` says how).
     private func checkLive(_ update: VehicleLocationUpdate, token: String, _ delivery: inout Delivery) async -> Bool {
+        let started = ContinuousClock.now
         let live = await liveLocation(of: update.vehicle, token: token)
         if Task.isCancelled { return false }
+        delivery.fleetEngineLatency = .now - started
         countLiveCheck(live, update)
         switch live {
         case .known(let live):

@@ -213,8 +213,7 @@ public final class Replayer: Sendable {
         if configuration.force {
             logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
         }
-        let limiter = configuration.rate.map { RequestRateLimiter(rate: $0) }
-        let driver = try makeDriver(sender: sender, limiter: limiter)
+        let driver = try makeDriver(sender: sender)
         let pending = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
         driver.assign(pending.map { topicPartition($0.partition) }, generation: Self.generation)
         let pauses = PauseMailbox()
@@ -261,24 +260,22 @@ public final class Replayer: Sendable {
     /// The replay's partitions are assigned once; the window reader stamps every record with generation 0.
     private static let generation: UInt64 = 0
 
-    private func makeDriver(sender: ReplaySender, limiter: RequestRateLimiter?) throws -> PipelineDriver {
+    private func makeDriver(sender: ReplaySender) throws -> PipelineDriver {
         var limits = PipelineLimits(pastLocations: configuration.pastLimit,
                                     maximumPendingRecords: configuration.maximumPendingRecords,
                                     retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline)
         limits.holdsPartialRequests = true
         limits.readsLiveLocationBeforeEveryRequest = true
+        limits.concurrency = ConcurrencyLimit.Settings(maximum: configuration.maximumInFlight)
+        limits.maximumRequestsPerSecond = configuration.rate
         let logLimiter = LogLimiter()
         let forwarder = UpdateForwarder(
             client: sender.client, tokens: sender.tokens, statistics: statistics, health: health,
-            logLimiter: logLimiter, logger: logger,
-            observeResponse: { outcome in
-                if case .transient(cause: "http_429", _) = outcome { limiter?.throttled() }
-            })
+            logLimiter: logLimiter, logger: logger)
         return PipelineDriver(
             limits: limits, forwarder: forwarder, deadLetters: try deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
             health: health, logLimiter: logLimiter, logger: logger, maximumInFlight: configuration.maximumInFlight,
-            readsLiveLocation: !configuration.force,
-            beforeEachRequest: { (try? await limiter?.acquire()) != nil || limiter == nil })
+            readsLiveLocation: !configuration.force)
     }
 
     private func deadLetterWriter(logLimiter: LogLimiter) throws -> DeadLetterWriter? {

@@ -38,6 +38,9 @@ struct EmulatorCommand: AsyncParsableCommand {
     @Option(help: "Share (0–1) of update requests answered 429 with Retry-After: 1.")
     var throttleRate = 0.0
 
+    @Option(help: "A project quota: requests (reads and updates) per second through a token bucket holding one second's worth; past it 429 RESOURCE_EXHAUSTED without Retry-After, as Fleet Engine answers. Default: none.")
+    var quotaRps: Double?
+
     @Option(help: "Milliseconds added before every answer.")
     var latencyMs = 0
 
@@ -94,6 +97,7 @@ struct EmulatorCommand: AsyncParsableCommand {
         guard (0...1).contains(failRate), (0...1).contains(throttleRate), failRate + throttleRate <= 1 else {
             throw ValidationError("--fail-rate and --throttle-rate must be from 0 to 1 and add up to at most 1")
         }
+        if let quotaRps, !(quotaRps > 0 && quotaRps.isFinite) { throw ValidationError("--quota-rps must be a positive number") }
         guard latencyMs >= 0, downAfter >= 0, (downFor ?? 0) >= 0 else {
             throw ValidationError("--latency-ms, --down-after and --down-for must not be negative")
         }
@@ -124,7 +128,8 @@ struct EmulatorCommand: AsyncParsableCommand {
                                            requireExistingVehicles: requireExistingVehicles, recordsHistory: recordHistory)
         emulator.faultPlan = .init(failRate: failRate, throttleRate: throttleRate, latency: .milliseconds(latencyMs),
                                    rejectedVehicles: Set(rejectedVehicles), unavailableVehicles: Set(failedVehicles),
-                                   updateLatency: .milliseconds(updateLatencyMs), appliesAbandonedUpdates: applyAbandonedUpdates)
+                                   updateLatency: .milliseconds(updateLatencyMs), appliesAbandonedUpdates: applyAbandonedUpdates,
+                                   quotaPerSecond: quotaRps)
         let options = HTTPServer.Options(
             tls: try serverTLS(logger: logger).map { noHttp2 ? $0.withoutHTTP2() : $0 },
             http2: .init(maximumConcurrentStreams: maxConcurrentStreams, goAwayEveryRequests: goawayEvery, resetShare: resetRate))

@@ -155,6 +155,9 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Forget a vehicle with nothing to send for this long, so memory follows active vehicles; its next fix re-reads its live location first.")
     var vehicleIdleTimeout = DurationArgument(argument: "5m")!
 
+    @Option(help: "Fleet Engine attempts started per second at most (each an update, plus a live-location read for a vehicle's first after an assignment): this relay's share of a known project quota. Default: none; requests in flight adapt to Fleet Engine's throttling either way.")
+    var maxRequestsPerSecond: Double?
+
     @Option(help: "First retry delay in milliseconds (exponential backoff with full jitter).")
     var retryInitialMs = 200
 
@@ -164,6 +167,9 @@ struct PipelineOptions: ParsableArguments {
     func validate() throws {
         guard maxPendingRecords >= 1 else { throw ValidationError("--max-pending-records must be at least 1") }
         guard maxPastLocations >= 0 else { throw ValidationError("--max-past-locations must not be negative") }
+        if let maxRequestsPerSecond, !(maxRequestsPerSecond > 0 && maxRequestsPerSecond.isFinite) {
+            throw ValidationError("--max-requests-per-second must be a positive number")
+        }
         guard commitIntervalMs >= 10 else { throw ValidationError("--commit-interval-ms must be at least 10") }
         guard retryInitialMs >= 1, retryMaxMs >= retryInitialMs else {
             throw ValidationError("--retry-initial-ms must be at least 1 and at most --retry-max-ms")
@@ -193,7 +199,8 @@ struct PipelineOptions: ParsableArguments {
             retryPolicy: RetryPolicy(initialDelay: .milliseconds(retryInitialMs), maximumDelay: .milliseconds(retryMaxMs)),
             retryDeadline: retryDeadline?.duration,
             revokeDrainTimeout: revokeDrainTimeout?.duration ?? .seconds(requestTimeoutSeconds + 5),
-            minimumIntervalPerVehicle: minIntervalPerVehicle.duration, vehicleIdleTimeout: vehicleIdleTimeout.duration)
+            minimumIntervalPerVehicle: minIntervalPerVehicle.duration, vehicleIdleTimeout: vehicleIdleTimeout.duration,
+            maximumRequestsPerSecond: maxRequestsPerSecond)
     }
 }
 

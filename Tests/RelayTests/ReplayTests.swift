@@ -133,19 +133,6 @@ struct FakeTimeIndex: PartitionTimeIndex {
             #expect(throws: ReplayCheckpoint.Mismatch.self) { try checkpoint.check(topic: "t", request: other, path: "cp.json") }
         }
     }
-
-    @Test func a429HalvesTheRateWhichThenRecoversTowardsTheConfiguredOne() async throws {
-        let limiter = RequestRateLimiter(rate: 100)
-        limiter.throttled()
-        limiter.throttled()
-        #expect(limiter.currentRate == 25)
-        let started = ContinuousClock.now
-        try await eventually("the rate recovered") {
-            try await limiter.acquire()
-            return limiter.currentRate == 100
-        }
-        #expect(ContinuousClock.now - started >= .seconds(7), "recovers by a tenth per second")
-    }
 }
 
 /// Replays against the mock cluster and the emulator.

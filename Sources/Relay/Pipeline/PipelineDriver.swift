@@ -1,6 +1,7 @@
 import FleetEngine
 import Kafka
 import Logging
+import Metrics
 
 /// The pipeline at work, for the live relay and for a replay alike: a fixed set of workers
 /// taking the state machine's requests, the timer of its deadlines, and the dead letters it
@@ -21,8 +22,8 @@ public final class PipelineDriver: Sendable {
     private let maximumInFlight: Int
     /// False: nothing is compared with Fleet Engine's live location (a replay's `--force`).
     private let readsLiveLocation: Bool
-    /// Awaited before a worker takes its next request (a replay's request rate); false ends the worker.
-    private let beforeEachRequest: @Sendable () async -> Bool
+    private let concurrencyGauge = Gauge(label: "fleet_relay_concurrency_limit")
+    private let throttledAnswers = Counter(label: "fleet_relay_throttled_total")
     /// Hands memory freed by a drained burst back to the system (the allocator's business).
     private let releaseFreedMemory: @Sendable () -> Void
 
@@ -31,7 +32,6 @@ public final class PipelineDriver: Sendable {
     public init(limits: PipelineLimits, forwarder: UpdateForwarder, deadLetters: DeadLetterWriter?,
                 statistics: RelayStatistics, health: RelayHealth, logLimiter: LogLimiter, logger: Logger,
                 maximumInFlight: Int, readsLiveLocation: Bool = true,
-                beforeEachRequest: @escaping @Sendable () async -> Bool = { true },
                 releaseFreedMemory: @escaping @Sendable () -> Void = {}) {
         self.pipeline = Pipeline(limits: limits)
         self.forwarder = forwarder
@@ -42,8 +42,8 @@ public final class PipelineDriver: Sendable {
         self.logger = logger
         self.maximumInFlight = maximumInFlight
         self.readsLiveLocation = readsLiveLocation
-        self.beforeEachRequest = beforeEachRequest
         self.releaseFreedMemory = releaseFreedMemory
+        concurrencyGauge.record(limits.concurrency?.maximum ?? maximumInFlight)
     }
 
     // MARK: Feeding
@@ -103,12 +103,23 @@ public final class PipelineDriver: Sendable {
         if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
         if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
         if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
+        if let limit = actions.concurrencyLimit { concurrencyGauge.record(limit) }
+        if let change = actions.throttling { logThrottling(change) }
         if actions.burstDrained {
             let took = ContinuousClock().measure(releaseFreedMemory)
             logger.debug("A burst of records drained: freed memory handed back to the system in \(took)")
         }
         if let failure = actions.commitFailure {
             logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
+        }
+    }
+
+    private func logThrottling(_ change: ConcurrencyLimit.Change) {
+        switch change {
+        case .throttlingBegan(let limit, let cause):
+            logger.warning("Fleet Engine is throttling the project (\(cause)): requests in flight limited to \(limit), adapting to what it sustains")
+        case .throttlingEnded(let lasted, let limit):
+            logger.notice("Fleet Engine throttling ended after \(Int(lasted.inSeconds.rounded())) s; requests in flight limited to \(limit), growing while answers stay fast")
         }
     }
 
@@ -163,9 +174,7 @@ public final class PipelineDriver: Sendable {
     /// outcome, until no more requests will come. It never waits to retry: a failed attempt
     /// makes its vehicle due later and the worker takes the next vehicle at once.
     private func work() async {
-        // The request rate is waited for before a request is taken: a vehicle whose request
-        // waited in a worker could not take in the fixes that arrive meanwhile.
-        while await beforeEachRequest(), let request = await pipeline.nextRequest(whenReady: carryOut) {
+        while let request = await pipeline.nextRequest(whenReady: carryOut) {
             statistics.requestStarted()
             let pipeline = self.pipeline
             let checkLive = readsLiveLocation && request.liveCheckEpoch != nil
@@ -192,7 +201,8 @@ public final class PipelineDriver: Sendable {
         case .rejected(let reason, let detail):
             statistics.refused.add(request.sources.count, ordering: .relaxed)
             logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
-        case .retry:
+        case .retry(let failure):
+            if failure.cause == "http_429" { throttledAnswers.increment() }
             if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
                 statistics.refused.add(gaveUp.count, ordering: .relaxed)
                 logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")

@@ -80,6 +80,10 @@ public struct PipelineLimits: Sendable {
     /// Fleet Engine's live location is read before every request, not only a vehicle's first
     /// after an assignment: a replay runs beside a live relay that moves vehicles on meanwhile.
     public var readsLiveLocationBeforeEveryRequest = false
+    /// Attempts under way at most, adapted to what Fleet Engine sustains; nil: as many as workers ask.
+    public var concurrency: ConcurrencyLimit.Settings?
+    /// Attempts started per second at most; nil: no ceiling.
+    public var maximumRequestsPerSecond: Double?
 
     /// Unfinished records from which the pipeline counts a burst: a fifth of the bound, at
     /// least 1,000. The warm steady state holds far fewer (the records of a fetch round).
@@ -132,6 +136,10 @@ public struct PipelineActions<Waiter> {
     public var commit: CommitOrder?
     /// A commit succeeded.
     public var committed = false
+    /// The adaptive concurrency limit, when it changed.
+    public var concurrencyLimit: Int?
+    /// Fleet Engine began or stopped throttling the project.
+    public var throttling: ConcurrencyLimit.Change?
     /// A burst of unfinished records (a cold start, a backlog) has drained: what it allocated
     /// is free, and the allocator may hand it back to the system.
     public var burstDrained = false
@@ -212,13 +220,22 @@ public struct PipelineState<Waiter> {
     private var inputEnded = false
     /// Vehicles with less than a full request wait for more fixes (`holdsPartialRequests`).
     private var holdingPartialRequests: Bool
+    private var concurrency: ConcurrencyLimit?
+    private var budget: RequestBudget?
+    /// When the request budget next has a token, while a ready vehicle waits for one.
+    private var budgetDue: ContinuousClock.Instant?
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
         self.nextSweep = now + limits.vehicleIdleLimit / 2
         self.timerDeadline = nextSweep
         self.holdingPartialRequests = limits.holdsPartialRequests
+        self.concurrency = limits.concurrency.map(ConcurrencyLimit.init)
+        self.budget = limits.maximumRequestsPerSecond.map { RequestBudget(rate: $0, now: now) }
     }
+
+    /// Attempts that may be under way now (the adaptive limit, else unbounded).
+    public var concurrencyLimit: Int? { concurrency?.limit }
 
     // MARK: Partitions
 
@@ -339,6 +356,7 @@ public struct PipelineState<Waiter> {
     public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
                                   random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
         var actions = Actions()
+        adaptConcurrency(to: request, delivery, now: now, &actions)
         let lane = lanes.index(forKey: request.update.vehicle)
         if let lane {
             lanes.values[lane].learn(newestKnownMilliseconds: delivery.newestKnownMilliseconds)
@@ -407,6 +425,23 @@ public struct PipelineState<Waiter> {
         updateOutage(now: now, failure: failure, &actions)
     }
 
+    /// Feeds the attempt's end to the concurrency limit: a 429 throttles, 503s and timeouts only
+    /// when most attempts end so, an answer's latency against its baseline.
+    private mutating func adaptConcurrency(to request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
+                                           _ actions: inout Actions) {
+        guard var limit = concurrency, let startedAt = request.startedAt else { return }
+        let signal: ConcurrencyLimit.Signal = switch delivery.outcome {
+        case .retry(let failure) where failure.cause == "http_429": .throttled
+        case .retry(let failure) where failure.isFleetEngine: .overloaded
+        case .retry, .abandoned: .neutral
+        case .accepted, .stale, .rejected: delivery.fleetEngineLatency.map { .answered(latency: $0) } ?? .neutral
+        }
+        let before = limit.limit
+        actions.throttling = limit.record(signal, startedAt: startedAt, saturated: requestsInFlight >= before, now: now)
+        if limit.limit != before { actions.concurrencyLimit = limit.limit }
+        concurrency = limit
+    }
+
     private static func seconds(_ duration: Duration) -> String {
         "\(Int(duration.inSeconds.rounded())) s"
     }
@@ -465,6 +500,7 @@ public struct PipelineState<Waiter> {
     /// sweep is always due at some point, so a sleeping timer never misses the first vehicle.
     public var nextDeadline: ContinuousClock.Instant {
         var next = deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
+        if let budgetDue { next = min(next, budgetDue) }
         // While a commit awaits its answer, the next one waits for that answer (or its limit).
         if let commitUnderWay {
             next = min(next, commitUnderWay.answerBy)
@@ -484,6 +520,7 @@ public struct PipelineState<Waiter> {
     /// The timer woke: vehicles whose time came are scheduled, idle vehicles forgotten.
     public mutating func deadlineReached(now: ContinuousClock.Instant) -> Actions {
         timerSleeping = false
+        if let due = budgetDue, due <= now { budgetDue = nil }
         var actions = Actions()
         while let first = deferred.min, first.due <= now {
             deferred.removeMin()
@@ -666,7 +703,14 @@ public struct PipelineState<Waiter> {
 
     private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
         while !waiters.isEmpty {
-            if let request = takeReadyRequest(now: now, &actions) {
+            if requestsInFlight >= concurrency?.limit ?? .max, !intakeClosed { return }
+            if !ready.isEmpty, !intakeClosed, budget != nil, !budget!.take(now: now) {
+                waitForBudget(now: now, &actions)
+                return
+            }
+            budgetDue = nil
+            if var request = takeReadyRequest(now: now, &actions) {
+                request.startedAt = now
                 actions.resume.append((waiters.removeFirst(), request))
             } else if isDrained {
                 actions.resume += waiters.map { ($0, nil) }
@@ -675,6 +719,13 @@ public struct PipelineState<Waiter> {
                 return
             }
         }
+    }
+
+    /// A ready vehicle waits for the request budget's next token: a deadline, not a sleeping worker.
+    private mutating func waitForBudget(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        let due = budget!.nextToken(now: now)
+        budgetDue = due
+        wakeTimer(for: due, &actions)
     }
 
     /// One pass over every lane, at most twice per idle limit: the cost stays a small

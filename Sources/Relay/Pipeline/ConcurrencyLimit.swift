@@ -1,0 +1,143 @@
+/// How many attempts may be under way at once, adapted to what Fleet Engine sustains, as
+/// Vector's adaptive request concurrency does after Netflix's concurrency-limits: additive
+/// increase while attempts succeed at their usual latency, multiplicative decrease when Fleet
+/// Engine throttles the project or its latency climbs well above its baseline.
+///
+/// A quota is a rate, and an attempt's rate is the limit over its latency: the limit settles
+/// just under the quota instead of answering each 429 by sending the next vehicle at once.
+///
+/// Throttling of the project is told apart from one vehicle refused: every 429
+/// (`RESOURCE_EXHAUSTED` is a project's quota) counts, but 503s, timeouts and connection
+/// failures only when most attempts of a round end that way; a few vehicles Fleet Engine keeps
+/// refusing, retried at their backoff's pace, stay a small share and never shrink the limit.
+///
+/// A value: the pipeline's state machine owns it and feeds it every attempt's end.
+public struct ConcurrencyLimit: Sendable {
+    public struct Settings: Sendable, Equatable {
+        /// The limit's ceiling (`--max-in-flight`) and where it starts.
+        public var maximum: Int
+        public var minimum = 1
+        /// What a decrease keeps of the limit.
+        public var decrease = 0.9
+        /// Latency this many times its baseline counts as Fleet Engine slowing down.
+        public var latencyTolerance = 2.5
+        /// A round's share of overloaded attempts (503, timeout, connection) that throttles.
+        public var overloadShare = 0.5
+        /// Throttling is over once this long passed without a throttled attempt.
+        public var quietPeriod = Duration.seconds(10)
+
+        public init(maximum: Int) {
+            self.maximum = max(1, maximum)
+        }
+    }
+
+    /// How an attempt ended, as far as the limit cares.
+    public enum Signal: Sendable, Equatable {
+        /// Fleet Engine answered the attempt, after this long (its update's latency).
+        case answered(latency: Duration)
+        /// 429: the project's quota.
+        case throttled
+        /// 503, a timeout or a connection failure: throttling when most attempts end this way.
+        case overloaded
+        /// Ended without saying anything about Fleet Engine's capacity (signer failure, abandoned).
+        case neutral
+    }
+
+    /// Throttling began or ended (logged once each way).
+    public enum Change: Sendable, Equatable {
+        case throttlingBegan(limit: Int, cause: String)
+        case throttlingEnded(lasted: Duration, limit: Int)
+    }
+
+    public let settings: Settings
+    /// Fractional, so that one success adds 1/limit: one whole step per round of attempts.
+    private var window: Double
+    private var lastDecrease: ContinuousClock.Instant?
+    /// Slow and fast moving averages of answered latency, in seconds.
+    private var baselineLatency: Double?
+    private var recentLatency: Double?
+    private var answeredSamples = 0
+    /// Attempts and overloaded ones in the current round (about `limit` attempts).
+    private var roundAttempts = 0
+    private var roundOverloaded = 0
+    private var lastThrottled: ContinuousClock.Instant?
+    private var throttlingSince: ContinuousClock.Instant?
+
+    public init(settings: Settings) {
+        self.settings = settings
+        self.window = Double(settings.maximum)
+    }
+
+    /// Attempts that may be under way now.
+    public var limit: Int { max(settings.minimum, min(settings.maximum, Int(window))) }
+
+    public var isThrottling: Bool { throttlingSince != nil }
+
+    /// An attempt that started at `startedAt` ended. `saturated`: the limit was reached while it
+    /// was under way; only then does a success show that more would be sustained.
+    public mutating func record(_ signal: Signal, startedAt: ContinuousClock.Instant, saturated: Bool,
+                                now: ContinuousClock.Instant) -> Change? {
+        var change: Change?
+        let overloadedRound = signal != .neutral && countRound(overloaded: signal == .overloaded)
+        switch signal {
+        case .answered(let latency):
+            if learn(latency) {
+                change = decrease(startedAt: startedAt, now: now, cause: "latency")
+            } else if overloadedRound {
+                change = decrease(startedAt: startedAt, now: now, cause: "overloaded")
+            } else if saturated, lastDecrease.map({ startedAt > $0 }) ?? true {
+                window = min(Double(settings.maximum), window + 1 / window)
+            }
+        case .throttled:
+            change = decrease(startedAt: startedAt, now: now, cause: "http_429")
+        case .overloaded:
+            if overloadedRound { change = decrease(startedAt: startedAt, now: now, cause: "overloaded") }
+        case .neutral:
+            break
+        }
+        return change ?? endThrottlingIfQuiet(now: now)
+    }
+
+    /// Multiplicative decrease, at most once per round: attempts that started before the last
+    /// decrease were sent at the old limit and say nothing about the new one.
+    private mutating func decrease(startedAt: ContinuousClock.Instant, now: ContinuousClock.Instant, cause: String) -> Change? {
+        lastThrottled = now
+        if let lastDecrease, startedAt <= lastDecrease { return nil }
+        lastDecrease = now
+        window = max(Double(settings.minimum), window * settings.decrease)
+        guard throttlingSince == nil else { return nil }
+        throttlingSince = now
+        return .throttlingBegan(limit: limit, cause: cause)
+    }
+
+    private func recentlyThrottled(now: ContinuousClock.Instant) -> Bool {
+        lastThrottled.map { now - $0 < settings.quietPeriod } ?? false
+    }
+
+    private mutating func endThrottlingIfQuiet(now: ContinuousClock.Instant) -> Change? {
+        guard let since = throttlingSince, !recentlyThrottled(now: now) else { return nil }
+        throttlingSince = nil
+        return .throttlingEnded(lasted: now - since, limit: limit)
+    }
+
+    /// Counts an attempt in the round; true when the round ended mostly overloaded.
+    private mutating func countRound(overloaded: Bool) -> Bool {
+        roundAttempts += 1
+        if overloaded { roundOverloaded += 1 }
+        guard roundAttempts >= max(limit, 8) else { return false }
+        let throttles = Double(roundOverloaded) >= Double(roundAttempts) * settings.overloadShare
+        (roundAttempts, roundOverloaded) = (0, 0)
+        return throttles
+    }
+
+    /// Folds an answered latency into the averages; true when the recent one climbed well
+    /// above the baseline (after enough samples for a baseline to mean something).
+    private mutating func learn(_ latency: Duration) -> Bool {
+        let seconds = Double(latency.components.seconds) + Double(latency.components.attoseconds) / 1e18
+        answeredSamples += 1
+        baselineLatency = baselineLatency.map { $0 + (seconds - $0) / 500 } ?? seconds
+        recentLatency = recentLatency.map { $0 + (seconds - $0) / 20 } ?? seconds
+        guard answeredSamples >= 100, let baseline = baselineLatency, let recent = recentLatency else { return false }
+        return recent > baseline * settings.latencyTolerance
+    }
+}

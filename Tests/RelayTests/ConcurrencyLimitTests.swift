@@ -1,0 +1,123 @@
+import FleetAuth
+import FleetEngine
+import InputFormats
+import Kafka
+@testable import Relay
+import Testing
+
+/// The adaptive concurrency limit and the request budget alone, then as the pipeline uses them.
+@Suite struct ConcurrencyLimitTests {
+    let start = ContinuousClock.now
+
+    func at(_ milliseconds: Int) -> ContinuousClock.Instant { start + .milliseconds(milliseconds) }
+
+    @Test func a429ShrinksTheLimitOncePerRoundAndAnsweredRoundsGrowItBack() {
+        var limit = ConcurrencyLimit(settings: .init(maximum: 40))
+        #expect(limit.record(.answered(latency: .milliseconds(50)), startedAt: at(0), saturated: true, now: at(50)) == nil)
+        #expect(limit.limit == 40, "never above --max-in-flight")
+        #expect(limit.record(.throttled, startedAt: at(10), saturated: true, now: at(60)) == .throttlingBegan(limit: 36, cause: "http_429"))
+        #expect(limit.record(.throttled, startedAt: at(20), saturated: true, now: at(70)) == nil)
+        #expect(limit.limit == 36, "an attempt sent before the decrease says nothing about the new limit")
+        _ = limit.record(.throttled, startedAt: at(80), saturated: true, now: at(130))
+        #expect(limit.limit == 32)
+        for attempt in 0..<32 {
+            _ = limit.record(.answered(latency: .milliseconds(50)), startedAt: at(140 + attempt), saturated: true, now: at(200 + attempt))
+        }
+        #expect(limit.limit == 33, "one step per round of answered attempts")
+        for attempt in 0..<100 {
+            _ = limit.record(.answered(latency: .milliseconds(50)), startedAt: at(300 + attempt), saturated: false, now: at(400 + attempt))
+        }
+        #expect(limit.limit == 33, "attempts that never reached the limit show nothing about a higher one")
+    }
+
+    /// 503s from a few vehicles Fleet Engine keeps refusing are no throttle; most attempts
+    /// of a round ending so are.
+    @Test func aFewRefusedVehiclesLeaveTheLimitAndMostAttemptsOverloadedShrinkIt() {
+        var limit = ConcurrencyLimit(settings: .init(maximum: 20))
+        for attempt in 0..<200 {
+            let signal: ConcurrencyLimit.Signal = attempt % 10 == 0 ? .overloaded : .answered(latency: .milliseconds(50))
+            #expect(limit.record(signal, startedAt: at(attempt), saturated: true, now: at(attempt + 50)) == nil)
+        }
+        #expect(limit.limit == 20 && !limit.isThrottling)
+        var changes: [ConcurrencyLimit.Change] = []
+        for attempt in 200..<220 {
+            let signal: ConcurrencyLimit.Signal = attempt % 10 < 6 ? .overloaded : .answered(latency: .milliseconds(50))
+            if let change = limit.record(signal, startedAt: at(attempt), saturated: true, now: at(attempt + 50)) { changes.append(change) }
+        }
+        #expect(changes == [.throttlingBegan(limit: 18, cause: "overloaded")])
+    }
+
+    @Test func latencyWellAboveItsBaselineShrinksTheLimit() {
+        var limit = ConcurrencyLimit(settings: .init(maximum: 20))
+        for attempt in 0..<300 {
+            _ = limit.record(.answered(latency: .milliseconds(40 + attempt % 20)), startedAt: at(attempt), saturated: false, now: at(attempt + 50))
+        }
+        #expect(limit.limit == 20)
+        var change: ConcurrencyLimit.Change?
+        for attempt in 300..<340 where change == nil {
+            change = limit.record(.answered(latency: .milliseconds(400)), startedAt: at(attempt), saturated: true, now: at(attempt + 400))
+        }
+        #expect(change == .throttlingBegan(limit: 18, cause: "latency"))
+    }
+
+    @Test func throttlingEndsOnceAQuietPeriodPassedWithoutAThrottle() {
+        var limit = ConcurrencyLimit(settings: .init(maximum: 10))
+        _ = limit.record(.throttled, startedAt: at(0), saturated: true, now: at(10))
+        #expect(limit.isThrottling)
+        #expect(limit.record(.answered(latency: .milliseconds(5)), startedAt: at(20), saturated: true, now: at(5_000)) == nil)
+        #expect(limit.record(.answered(latency: .milliseconds(5)), startedAt: at(10_020), saturated: true, now: at(10_030))
+            == .throttlingEnded(lasted: .milliseconds(10_020), limit: 9))
+        #expect(!limit.isThrottling)
+    }
+
+    @Test func theBudgetHoldsItsRateAndSaysWhenTheNextTokenComes() {
+        var budget = RequestBudget(rate: 100, now: start)
+        var taken = 0
+        for _ in 0..<5 where budget.take(now: start) { taken += 1 }
+        #expect(taken == 5, "a twentieth of a second's worth at once")
+        let sixth = budget.take(now: start)
+        #expect(!sixth)
+        #expect(budget.nextToken(now: start) == at(10))
+        let early = budget.take(now: at(9))
+        let due = budget.take(now: at(10))
+        #expect(!early && due)
+    }
+
+    // MARK: In the pipeline
+
+    @Test func thePipelineHandsOutNoMoreAttemptsThanTheLimit() throws {
+        var limits = PipelineLimits()
+        limits.concurrency = .init(maximum: 2)
+        var state = PipelineState<Int>(limits: limits, now: start)
+        _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
+        _ = state.consume((0..<4).map { Self.fix("v\($0)", offset: Int64($0)) }, now: start)
+        var handed: [CoalescedRequest] = []
+        for worker in 0..<4 { handed += state.requestWork(worker, now: start).resume.compactMap(\.request) }
+        #expect(handed.count == 2)
+        let throttled = Delivery(outcome: .retry(TransientFailure(cause: "http_429", detail: "")))
+        let actions = state.complete(handed[0], throttled, now: at(50), random: { $0.lowerBound })
+        #expect(actions.concurrencyLimit == 1 && actions.throttling == .throttlingBegan(limit: 1, cause: "http_429"))
+        #expect(actions.resume.isEmpty, "one attempt is still under way: the limit is reached")
+        let answered = state.complete(handed[1], Delivery(outcome: .accepted, newestKnownMilliseconds: 1, liveChecked: true), now: at(60))
+        #expect(answered.resume.count == 1)
+    }
+
+    @Test func aRequestBudgetMakesTheNextAttemptADeadline() throws {
+        var limits = PipelineLimits()
+        limits.maximumRequestsPerSecond = 10
+        var state = PipelineState<Int>(limits: limits, now: start)
+        _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
+        _ = state.consume((0..<3).map { Self.fix("v\($0)", offset: Int64($0)) }, now: start)
+        #expect(state.requestWork(0, now: start).resume.count == 1)
+        #expect(state.requestWork(1, now: start).resume.isEmpty)
+        #expect(state.nextDeadline == at(100), "the next token is a deadline")
+        #expect(state.deadlineReached(now: at(100)).resume.map(\.waiter) == [1])
+    }
+
+    static func fix(_ vehicle: String, offset: Int64) -> ConsumedRecord {
+        .fix(PendingFix(update: LocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: vehicle),
+                                               fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: 1)),
+                        source: RecordSource(KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [],
+                                                         assignmentGeneration: 1))))
+    }
+}

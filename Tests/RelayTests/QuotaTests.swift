@@ -1,0 +1,112 @@
+import FleetAuth
+import FleetEngine
+import FleetEngineEmulator
+import Foundation
+import Relay
+import Testing
+
+/// The relay through its binary against a Fleet Engine that keeps a project quota (a token
+/// bucket of one second; past it 429 without `Retry-After`) below what the relay would send.
+extension IntegrationTests {
+    @Suite struct QuotaTests {
+        static let quota = 300.0
+
+        /// What the emulator counted at one moment: requests and 429s.
+        struct Count {
+            let at: ContinuousClock.Instant
+            let requests: Int
+            let throttled: Int
+
+            init(_ emulator: FleetEngineEmulator) {
+                let statistics = emulator.statistics
+                (at, requests, throttled) = (.now, statistics.requests, statistics.responsesByStatus[429] ?? 0)
+            }
+
+            /// Requests the quota admitted per second, and the share of 429s, since `earlier`.
+            func since(_ earlier: Count) -> (admittedPerSecond: Double, throttledShare: Double) {
+                let seconds = (at - earlier.at).seconds
+                let (sent, refused) = (requests - earlier.requests, throttled - earlier.throttled)
+                return (Double(sent - refused) / seconds, Double(refused) / Double(max(sent, 1)))
+            }
+        }
+
+        /// 5,000 vehicles' first fixes (a live read and an update each) at 50 ms per answer: the
+        /// relay's 64 requests in flight would send about 1,300 requests a second.
+        static func start(_ harness: RelayHarness, stuck: Set<String> = []) async throws -> (IntegrationTests.CommandLineTests.RunningProcess, GeneratedEvents, Int) {
+            harness.emulator.faultPlan = .init(latency: .milliseconds(50), unavailableVehicles: stuck, quotaPerSecond: quota)
+            let generated = GeneratedEvents(vehicles: 5_000, fixesPerVehicle: 1)
+            try await harness.produce(generated.events.map(\.record))
+            let metricsPort = try freeLoopbackPort()
+            let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+                "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "relay",
+                "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile,
+                "--retry-initial-ms", "200", "--retry-max-ms", "2000",
+                "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1",
+            ])
+            return (relay, generated, metricsPort)
+        }
+
+        /// After the first 10 s the relay uses at least 90 % of the quota with at most 5 % of its
+        /// requests refused; once the quota is lifted it is back at full concurrency within 30 s;
+        /// nothing is lost or moved backwards.
+        @Test func theRelayFindsTheQuotaAndRecoversWhenItIsLifted() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            let (relay, generated, metricsPort) = try await Self.start(harness)
+            try await eventually("the relay is sending") { harness.emulator.statistics.requests > 0 }
+            try await Task.sleep(for: .seconds(10))  // the measurement starts 10 s in, as promised
+            let first = Count(harness.emulator)
+            try await Task.sleep(for: .seconds(10))
+            let (admitted, throttledShare) = Count(harness.emulator).since(first)
+            print("quota figures: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429, limit \(try await metricValue("fleet_relay_concurrency_limit", port: metricsPort))")
+            #expect(admitted >= 0.9 * Self.quota, "\(admitted) requests/s admitted of a quota of \(Self.quota)")
+            #expect(throttledShare <= 0.05, "\(throttledShare * 100) % of the requests were refused with 429")
+            #expect(try await metricValue("fleet_relay_concurrency_limit", port: metricsPort) < 64)
+            #expect(try await metricValue("fleet_relay_throttled_total", port: metricsPort) > 0)
+
+            // The quota is lifted while demand goes on: another 5,000 vehicles report.
+            harness.emulator.faultPlan.quotaPerSecond = nil
+            let lifted = ContinuousClock.now
+            let more = GeneratedEvents(vehicles: 5_000, fixesPerVehicle: 1, prefix: "more-")
+            try await harness.produce(more.events.map(\.record))
+            try await eventually("the limit is back at --max-in-flight", timeout: .seconds(30)) {
+                try await metricValue("fleet_relay_concurrency_limit", port: metricsPort) == 64
+            }
+            print("quota figures: back at the full limit \(ContinuousClock.now - lifted) after the quota was lifted")
+            #expect(ContinuousClock.now - lifted < .seconds(30))
+            try await eventually("every fix arrives", timeout: .seconds(120)) {
+                harness.lostEvents(generated.events).isEmpty && harness.lostEvents(more.events).isEmpty
+            }
+            relay.process.terminate()
+            let finished = await relay.finish()
+            #expect(finished.status == 0)
+            #expect(finished.stderr.split(separator: "\n").count { $0.contains("Fleet Engine is throttling the project") } == 1,
+                    "\(finished.stderr)")
+            #expect(finished.stderr.split(separator: "\n").count { $0.contains("Fleet Engine throttling ended") } == 1)
+            #expect(harness.backwardsUpdates == 0)
+            await harness.shutdown()
+        }
+
+        /// A tenth of the vehicles answered 503 for good: their retries are no project throttle,
+        /// and the quota is used as without them.
+        @Test func vehiclesStuckOn503DoNotCollapseTheLimit() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            let stuck = Set((0..<500).map { "veh-\($0 * 10)" })
+            let (relay, generated, _) = try await Self.start(harness, stuck: stuck)
+            try await eventually("the relay is sending") { harness.emulator.statistics.requests > 0 }
+            try await Task.sleep(for: .seconds(10))
+            let first = Count(harness.emulator)
+            try await Task.sleep(for: .seconds(10))
+            let (admitted, throttledShare) = Count(harness.emulator).since(first)
+            print("quota figures with stuck vehicles: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429")
+            #expect(admitted >= 0.9 * Self.quota, "\(admitted) requests/s admitted of a quota of \(Self.quota)")
+            #expect(throttledShare <= 0.05, "\(throttledShare * 100) % of the requests were refused with 429")
+            harness.emulator.faultPlan.quotaPerSecond = nil
+            let others = generated.events.filter { !stuck.contains($0.vehicle) }
+            try await eventually("every other fix arrives", timeout: .seconds(120)) { harness.lostEvents(others).isEmpty }
+            relay.process.terminate()
+            #expect(await relay.finish().status == 0)
+            #expect(harness.backwardsUpdates == 0)
+            await harness.shutdown()
+        }
+    }
+}
