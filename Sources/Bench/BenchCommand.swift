@@ -58,6 +58,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Fixes per vehicle in the replay scenario (each vehicle's history is sent whole, in requests of up to 101).")
     var replayFixesPerVehicle = 60
 
+    @Option(help: "Vehicles in the throttled-drain scenario (two fixes each).")
+    var quotaVehicles = 20_000
+
+    @Option(help: "The emulator's project quota in the throttled-drain scenario, requests per second.")
+    var quota = 800.0
+
     @Option(help: "Update requests sent to measure the emulator's ceiling.")
     var ceilingRequests = 20_000
 
@@ -65,10 +71,10 @@ struct BenchCommand: AsyncParsableCommand {
             help: "An extra argument for the relay's run command, e.g. --relay-arg=--max-pending-records=300000 (repeatable).")
     var relayArguments: [String] = []
 
-    @Option(help: "Stop after this scenario: ceilings, drain, warm, steady, formats or replay (default: all).")
-    var until: Stage = .replay
+    @Option(help: "Stop after this scenario: ceilings, drain, warm, steady, formats, replay or quota (default: all).")
+    var until: Stage = .quota
 
-    @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats or replay.")
+    @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats, replay or quota.")
     var from: Stage = .ceilings
 
     @Option(name: .customLong("transport"),
@@ -79,7 +85,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let httpsOverheadCeiling = 1.5
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
-        case ceilings, drain, warm, steady, formats, replay
+        case ceilings, drain, warm, steady, formats, replay, quota
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
         private var order: Int { Self.allCases.firstIndex(of: self)! }
     }
@@ -151,10 +157,14 @@ struct BenchCommand: AsyncParsableCommand {
                 say("5. input formats over \(runs[0].transport.title): the same \(formatVehicles * formatFixesPerVehicle) events as native events, native events through a mapping, Traccar records and Avro records")
                 try await runs[0].inputFormats(vehicles: formatVehicles, fixesPerVehicle: formatFixesPerVehicle, report: &report)
             }
-            if until >= .replay {
+            if until >= .replay, from <= .replay {
                 say("6. replay over \(runs[0].transport.title): \(replayVehicles * replayFixesPerVehicle) fixes of \(replayVehicles) vehicles, at two bounds on pending records")
                 try await runs[0].replay(vehicles: replayVehicles, fixesPerVehicle: replayFixesPerVehicle,
                                          pendingBounds: [20_000, 400_000], report: &report)  // 400,000: the replay's default
+            }
+            if until >= .quota {
+                say("7. throttled drain over \(runs[0].transport.title): \(quotaVehicles) vehicles' fixes against a quota of \(Int(quota)) requests/s")
+                try await runs[0].throttledDrain(vehicles: quotaVehicles, fixesPerVehicle: 2, quota: quota, report: &report)
             }
         } catch {
             await environment.shutdown()

@@ -56,6 +56,11 @@ struct Probes {
         await post(emulatorURL + "/_emulator/reset-latency?located_after=\(after)")
     }
 
+    /// Sets the emulator's project quota in requests per second (nil lifts it) and the time each answer takes.
+    func setQuota(_ rps: Double?, latencyMilliseconds: Int = 0) async {
+        await post(emulatorURL + "/_emulator/quota?rps=\(rps ?? 0)&latency_ms=\(latencyMilliseconds)")
+    }
+
     func isReady(metricsPort: Int) async -> Bool {
         await get("http://127.0.0.1:\(metricsPort)/readyz")?.status == 200
     }

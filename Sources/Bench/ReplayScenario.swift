@@ -69,3 +69,40 @@ extension Scenarios {
         return ReplayRun(status: exit, seconds: (ContinuousClock.now - started).seconds, cpu: figures.cpu, peakRSS: figures.peak)
     }
 }
+
+extension Scenarios {
+    // MARK: 7. Throttled drain
+
+    /// A backlog drained against a project quota below what the relay would send, with 50 ms
+    /// answers: how much of the quota the relay uses, how many of its requests are refused, and
+    /// how long the drain takes against the quota's floor.
+    func throttledDrain(vehicles: Int, fixesPerVehicle: Int, quota: Double, report: inout Report) async throws {
+        let section = section("throttled drain")
+        let backlog = try await produceBacklog(topic: "bench-quota", vehicles: vehicles, fixesPerVehicle: fixesPerVehicle,
+                                               idPrefix: "quota-")
+        await probes.setQuota(quota, latencyMilliseconds: 50)
+        let before = await probes.emulator()
+        let group = "bench-quota-\(transport.rawValue)"
+        let (relay, _, _) = try await environment.startRelay(topic: backlog.topic, group: group, transport: transport)
+        let started = ContinuousClock.now
+        let delivered = await waitUntil(timeout: .seconds(600)) {
+            await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue
+                == Double(backlog.vehicles)
+        }
+        let elapsed = (ContinuousClock.now - started).seconds
+        let after = await probes.emulator()
+        _ = await relay.stop()
+        await probes.setQuota(nil)
+        guard delivered else { throw BenchError("the throttled backlog was not drained within 10 minutes") }
+        let requests = delta(after, before, "requests")
+        let throttled = delta(after, before, "throttled_requests")
+        let admitted = (requests - throttled) / elapsed
+        let floor = requests - throttled
+        report.add(section, "quota (requests/s, 1 s of burst; 50 ms per answer)", quota, "requests/s")
+        report.add(section, "\(backlog.events) fixes of \(vehicles) vehicles drained in", elapsed, "s",
+                   ratio: elapsed / (floor / quota), of: "its admitted requests at the quota")
+        report.add(section, "requests admitted by the quota", admitted, "requests/s", ratio: admitted / quota, of: "the quota")
+        report.add(section, "requests refused with 429", throttled / max(requests, 1) * 100, "%")
+        report.add(section, "fixes lost", Double(backlog.events) - delta(after, before, "distinct_fixes_received"), "fixes")
+    }
+}

@@ -368,7 +368,9 @@ public final class FleetEngineEmulator: EmulatedService {
 
     /// `GET /_emulator/statistics[?newer_than=MS[&id_prefix=P]]`: counters, vehicles (and how many,
     /// of those whose id starts with P, hold a location newer than MS) and update latency percentiles. `POST /_emulator/reset-latency[?located_after=MS]`
-    /// starts the percentiles afresh, counting only fixes located at or after MS.
+    /// starts the percentiles afresh, counting only fixes located at or after MS. `POST
+    /// /_emulator/quota?rps=N[&latency_ms=M]` sets the project quota (0 lifts it) and the time
+    /// every answer takes (a real front end's, against which a concurrency limit means a rate).
     private func administer(_ request: HTTPRequest) -> HTTPResponse {
         switch (request.method, request.path) {
         case ("GET", "/_emulator/statistics"):
@@ -379,6 +381,11 @@ public final class FleetEngineEmulator: EmulatedService {
             let locatedAfter = request.query["located_after"].flatMap { Int64($0) } ?? .min
             state.withLock { ($0.latency, $0.latencyLocatedAfter) = (LatencyHistogram(), locatedAfter) }
             return .json(200, "{}")
+        case ("POST", "/_emulator/quota"):
+            let rps = request.query["rps"].flatMap { Double($0) } ?? 0
+            let latency = request.query["latency_ms"].flatMap { Int64($0) } ?? 0
+            state.withLock { ($0.plan.quotaPerSecond, $0.plan.latency) = (rps > 0 ? rps : nil, .milliseconds(latency)) }
+            return .json(200, "{}")
         default:
             return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)")
         }
@@ -388,6 +395,7 @@ public final class FleetEngineEmulator: EmulatedService {
         var body = JSONObjectWriter()
         let statistics = state.statistics
         body.add("requests", statistics.requests)
+        body.add("throttled_requests", statistics.responsesByStatus[429] ?? 0)
         body.add("update_requests", statistics.updateRequests)
         body.add("accepted_updates", statistics.updateResponsesByStatus[200] ?? 0)
         body.add("locations_received", statistics.locationsReceived)

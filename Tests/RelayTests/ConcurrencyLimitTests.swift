@@ -102,6 +102,48 @@ import Testing
         #expect(answered.resume.count == 1)
     }
 
+    /// Vehicles answered 503 while most vehicles are fine leave the limit alone, even when they
+    /// are all the traffic left; 503s for most vehicles shrink it.
+    @Test func aFewVehiclesAnswered503LeaveThePipelinesLimitAloneAndMostVehiclesFailingShrinkIt() throws {
+        var limits = PipelineLimits()
+        limits.concurrency = .init(maximum: 8)
+        var state = PipelineState<Int>(limits: limits, now: start)
+        var now = start
+        var handed: [CoalescedRequest] = []
+        var changes: [ConcurrencyLimit.Change] = []
+        func observe(_ actions: PipelineActions<Int>) {
+            handed += actions.resume.compactMap(\.request)
+            if let change = actions.throttling { changes.append(change) }
+        }
+        for worker in 0..<8 { observe(state.requestWork(worker, now: now)) }
+        _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
+        observe(state.consume((0..<10).map { Self.fix("v\($0)", offset: Int64($0)) }, now: now))
+        let unavailable = Delivery(outcome: .retry(TransientFailure(cause: "http_503", detail: "")))
+        /// Answers every attempt handed out (the stuck ones 503), then lets 5 s pass (the idle
+        /// vehicles are remembered); the workers ask again.
+        func round(stuck: (String) -> Bool) {
+            let attempts = handed
+            handed = []
+            for (worker, request) in attempts.enumerated() {
+                let delivery = stuck(request.update.vehicle.id)
+                    ? unavailable : Delivery(outcome: .accepted, newestKnownMilliseconds: 1, liveChecked: true)
+                observe(state.complete(request, delivery, now: now, random: { $0.lowerBound }))
+                observe(state.requestWork(100 + worker, now: now))
+            }
+            now = now + .seconds(5)
+            observe(state.deadlineReached(now: now))
+        }
+        for _ in 0..<20 { round { ["v0", "v1"].contains($0) } }
+        #expect(changes.isEmpty && state.concurrencyLimit == 8, "two of ten vehicles refused are no throttle, even alone: \(changes)")
+        #expect(state.vehiclesFailing == 2)
+
+        // Now Fleet Engine answers 503 for every vehicle: most fail, and the limit shrinks.
+        observe(state.consume((2..<10).map { Self.fix("v\($0)", offset: 10 + Int64($0), at: 2) }, now: now))
+        for _ in 0..<6 { round { _ in true } }
+        #expect(changes.first == .throttlingBegan(limit: 7, cause: "overloaded") && changes.count == 1, "\(changes)")
+        #expect(state.concurrencyLimit! < 7, "a decrease per round while most vehicles fail")
+    }
+
     @Test func aRequestBudgetMakesTheNextAttemptADeadline() throws {
         var limits = PipelineLimits()
         limits.maximumRequestsPerSecond = 10
@@ -114,9 +156,9 @@ import Testing
         #expect(state.deadlineReached(now: at(100)).resume.map(\.waiter) == [1])
     }
 
-    static func fix(_ vehicle: String, offset: Int64) -> ConsumedRecord {
+    static func fix(_ vehicle: String, offset: Int64, at milliseconds: Int64 = 1) -> ConsumedRecord {
         .fix(PendingFix(update: LocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: vehicle),
-                                               fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: 1)),
+                                               fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: milliseconds)),
                         source: RecordSource(KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [],
                                                          assignmentGeneration: 1))))
     }

@@ -47,13 +47,16 @@ extension IntegrationTests {
         }
 
         /// After the first 10 s the relay uses at least 90 % of the quota with at most 5 % of its
-        /// requests refused; once the quota is lifted it is back at full concurrency within 30 s;
-        /// nothing is lost or moved backwards.
-        @Test func theRelayFindsTheQuotaAndRecoversWhenItIsLifted() async throws {
+        /// requests refused, though a tenth of the vehicles are answered 503 for good (their
+        /// retries are no project throttle); once the quota is lifted it is back at full
+        /// concurrency within 30 s; nothing is lost or moved backwards.
+        @Test func theRelayFindsTheQuotaDespiteStuckVehiclesAndRecoversWhenItIsLifted() async throws {
             let harness = try await RelayHarness(partitions: 4)
-            let (relay, generated, metricsPort) = try await Self.start(harness)
+            let stuck = Set((0..<500).map { "veh-\($0 * 10)" })
+            let (relay, generated, metricsPort) = try await Self.start(harness, stuck: stuck)
             try await eventually("the relay is sending") { harness.emulator.statistics.requests > 0 }
-            try await Task.sleep(for: .seconds(10))  // the measurement starts 10 s in, as promised
+            // A rate is measured over a stretch of time: 10 s in, for 10 s, as promised.
+            try await Task.sleep(for: .seconds(10))
             let first = Count(harness.emulator)
             try await Task.sleep(for: .seconds(10))
             let (admitted, throttledShare) = Count(harness.emulator).since(first)
@@ -73,38 +76,13 @@ extension IntegrationTests {
             }
             print("quota figures: back at the full limit \(ContinuousClock.now - lifted) after the quota was lifted")
             #expect(ContinuousClock.now - lifted < .seconds(30))
-            try await eventually("every fix arrives", timeout: .seconds(120)) {
-                harness.lostEvents(generated.events).isEmpty && harness.lostEvents(more.events).isEmpty
-            }
+            let others = generated.events.filter { !stuck.contains($0.vehicle) } + more.events
+            try await eventually("every other fix arrives", timeout: .seconds(120)) { harness.lostEvents(others).isEmpty }
             relay.process.terminate()
             let finished = await relay.finish()
             #expect(finished.status == 0)
             #expect(finished.stderr.split(separator: "\n").count { $0.contains("Fleet Engine is throttling the project") } == 1,
                     "\(finished.stderr)")
-            #expect(finished.stderr.split(separator: "\n").count { $0.contains("Fleet Engine throttling ended") } == 1)
-            #expect(harness.backwardsUpdates == 0)
-            await harness.shutdown()
-        }
-
-        /// A tenth of the vehicles answered 503 for good: their retries are no project throttle,
-        /// and the quota is used as without them.
-        @Test func vehiclesStuckOn503DoNotCollapseTheLimit() async throws {
-            let harness = try await RelayHarness(partitions: 4)
-            let stuck = Set((0..<500).map { "veh-\($0 * 10)" })
-            let (relay, generated, _) = try await Self.start(harness, stuck: stuck)
-            try await eventually("the relay is sending") { harness.emulator.statistics.requests > 0 }
-            try await Task.sleep(for: .seconds(10))
-            let first = Count(harness.emulator)
-            try await Task.sleep(for: .seconds(10))
-            let (admitted, throttledShare) = Count(harness.emulator).since(first)
-            print("quota figures with stuck vehicles: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429")
-            #expect(admitted >= 0.9 * Self.quota, "\(admitted) requests/s admitted of a quota of \(Self.quota)")
-            #expect(throttledShare <= 0.05, "\(throttledShare * 100) % of the requests were refused with 429")
-            harness.emulator.faultPlan.quotaPerSecond = nil
-            let others = generated.events.filter { !stuck.contains($0.vehicle) }
-            try await eventually("every other fix arrives", timeout: .seconds(120)) { harness.lostEvents(others).isEmpty }
-            relay.process.terminate()
-            #expect(await relay.finish().status == 0)
             #expect(harness.backwardsUpdates == 0)
             await harness.shutdown()
         }

@@ -8,8 +8,9 @@
 ///
 /// Throttling of the project is told apart from one vehicle refused: every 429
 /// (`RESOURCE_EXHAUSTED` is a project's quota) counts, but 503s, timeouts and connection
-/// failures only when most attempts of a round end that way; a few vehicles Fleet Engine keeps
-/// refusing, retried at their backoff's pace, stay a small share and never shrink the limit.
+/// failures only when most attempts of a round end that way (and the pipeline reports them only
+/// while Fleet Engine fails for most vehicles it holds); a few vehicles Fleet Engine keeps
+/// refusing, retried at their backoff's pace, never shrink the limit.
 ///
 /// A value: the pipeline's state machine owns it and feeds it every attempt's end.
 public struct ConcurrencyLimit: Sendable {

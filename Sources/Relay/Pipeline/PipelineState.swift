@@ -425,14 +425,17 @@ public struct PipelineState<Waiter> {
         updateOutage(now: now, failure: failure, &actions)
     }
 
-    /// Feeds the attempt's end to the concurrency limit: a 429 throttles, 503s and timeouts only
-    /// when most attempts end so, an answer's latency against its baseline.
+    /// Feeds the attempt's end to the concurrency limit: a 429 throttles; 503s and timeouts only
+    /// while Fleet Engine fails for most vehicles held (a few refused vehicles, even when they
+    /// are all the traffic left, say nothing about the project) and most attempts end so; an
+    /// answer's latency against its baseline.
     private mutating func adaptConcurrency(to request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
                                            _ actions: inout Actions) {
         guard var limit = concurrency, let startedAt = request.startedAt else { return }
+        let mostVehiclesFailing = vehiclesFailing * 2 > lanes.count
         let signal: ConcurrencyLimit.Signal = switch delivery.outcome {
         case .retry(let failure) where failure.cause == "http_429": .throttled
-        case .retry(let failure) where failure.isFleetEngine: .overloaded
+        case .retry(let failure) where failure.isFleetEngine && mostVehiclesFailing: .overloaded
         case .retry, .abandoned: .neutral
         case .accepted, .stale, .rejected: delivery.fleetEngineLatency.map { .answered(latency: $0) } ?? .neutral
         }
