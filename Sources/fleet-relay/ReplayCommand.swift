@@ -48,7 +48,8 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "Only these partitions, comma-separated (e.g. 0,3,5). Default: all.")
     var partitions: String?
 
-    @Option(help: "Update requests per second at most (a token bucket; 429s also shrink the requests in flight). 0: unlimited.")
+    @Option(name: [.customLong("rate"), .customLong("max-requests-per-second")],
+            help: "Update requests per second at most, as run's --max-requests-per-second (a token bucket; 429s also shrink the requests in flight). 0: unlimited.")
     var rate: Double = 50
 
     @Flag(help: "Read the window and print what would be sent, without calling Fleet Engine.")
