@@ -5,7 +5,7 @@ import Glibc
 
 /// A process the benchmark starts (the relay, the emulator, kcat), with the
 /// CPU time and memory the kernel accounts to it.
-final class ChildProcess: @unchecked Sendable {
+final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is not Sendable; it is only read after launch
     let process = Process()
     let name: String
     let logPath: String?

@@ -334,7 +334,7 @@ struct SteadyMeasurement: Sendable {
 }
 
 /// Produces events at a steady rate over a fleet, each with the current time.
-final class SteadyFeeder: @unchecked Sendable {
+final class SteadyFeeder: Sendable {
     let environment: BenchEnvironment
     let topic: String
     let vehicles: Int

@@ -173,6 +173,7 @@ final class PendingDelivery: Sendable {
     }
 }
 
+/// Unchecked like its base class: every stored property is atomic or a lock-guarded value.
 final class ProducerContext: RDKafkaClientContext, RDKafkaDeliveryHandling, @unchecked Sendable {
 
     let failedDeliveries = Atomic<Int>(0)

@@ -4,7 +4,7 @@ import NIOPosix
 /// Runs a task's jobs on one event loop. A task that prefers it starts its requests on
 /// that loop's connections without a hop and is resumed there when the answer arrives,
 /// instead of crossing to the global pool and back for every request.
-public final class EventLoopTaskExecutor: TaskExecutor, @unchecked Sendable {
+public final class EventLoopTaskExecutor: TaskExecutor, Sendable {
     private let eventLoop: any EventLoop
 
     init(_ eventLoop: any EventLoop) {
