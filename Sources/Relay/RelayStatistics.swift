@@ -43,6 +43,17 @@ public final class RelayStatistics: Sendable {
     public let inFlightRequests = Atomic<Int>(0)
 
     private let finishedCounters: [Outcome: Counter]
+    /// Per-request counters by label values, made once: a lookup in the metrics registry per
+    /// request costs a lock, label arrays and a hash of them.
+    private struct RequestKey: Hashable {
+        let kind: VehicleKind
+        let status: Int
+    }
+
+    private let requestCounters = CounterCache<RequestKey> {
+        Counter(label: "fleet_relay_fleet_engine_requests_total", dimensions: [("kind", $0.kind.rawValue), ("status", String($0.status))])
+    }
+    private let retryCounters = CounterCache<String> { Counter(label: "fleet_relay_retries_total", dimensions: [("cause", $0)]) }
     private let inFlightGauge = Gauge(label: "fleet_relay_in_flight_requests")
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
     private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
@@ -102,15 +113,14 @@ public final class RelayStatistics: Sendable {
         } else {
             requestsFailed.add(1, ordering: .relaxed)
         }
-        Counter(label: "fleet_relay_fleet_engine_requests_total",
-                dimensions: [("kind", kind.rawValue), ("status", String(status))]).increment()
+        requestCounters.counter(for: RequestKey(kind: kind, status: status)).increment()
         requestSeconds.recordNanoseconds(duration.nanoseconds)
     }
 
     func recordRetry(cause: String) {
         retries.add(1, ordering: .relaxed)
         if cause == "timeout" { timeouts.add(1, ordering: .relaxed) }
-        Counter(label: "fleet_relay_retries_total", dimensions: [("cause", cause)]).increment()
+        retryCounters.counter(for: cause).increment()
     }
 
     func recordAccepted(recordedAtMilliseconds: Int64, coalesced: Int) {
@@ -161,4 +171,23 @@ extension Duration {
     }
 
     var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+/// Counters of one metric by label values, each made on first use and kept.
+final class CounterCache<Key: Hashable & Sendable>: Sendable {
+    private let counters = Mutex<[Key: Counter]>([:])
+    private let make: @Sendable (Key) -> Counter
+
+    init(_ make: @escaping @Sendable (Key) -> Counter) {
+        self.make = make
+    }
+
+    func counter(for key: Key) -> Counter {
+        counters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = make(key)
+            counters[key] = counter
+            return counter
+        }
+    }
 }
