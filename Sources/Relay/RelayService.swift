@@ -100,7 +100,7 @@ public final class RelayService: Service, Sendable {
         pipeline.issueCommits { [weak consumer, weak self] order in
             guard let consumer, let self else { return "the relay stopped" }
             return consumer.enqueueCommit(order.offsets) { failure in
-                self.driver.carryOut(self.pipeline.handle { $0.commitAnswered(order, failure: failure?.message, now: .now) })
+                self.driver.commitAnswered(order, failure: failure?.message)
             }?.message
         }
         pipeline.applyPauses { [weak consumer, weak self] wish in
@@ -144,7 +144,7 @@ public final class RelayService: Service, Sendable {
             switch event {
             case .assigned(let partitions, let generation):
                 gauges.track(partitions)
-                driver.carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
+                driver.assign(partitions, generation: generation)
                 health.recordJoinedGroup()
                 return []
             case .revoked(let partitions, let lost):
@@ -222,7 +222,7 @@ public final class RelayService: Service, Sendable {
                 case .skipped(let rule): return noteSkipped(source, rule: rule)
                 }
             }
-            driver.carryOut(pipeline.handle { $0.consume(records, now: .now) })
+            driver.consume(records)
         }
     }
 
@@ -263,7 +263,7 @@ public final class RelayService: Service, Sendable {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
         stopping.store(true, ordering: .relaxed)
         consumer.pauseAll()
-        driver.carryOut(pipeline.handle { $0.closeIntake() })
+        driver.closeIntake()
         let timeout = configuration.shutdownTimeout
         work.addTask { (try? await Task.sleep(for: timeout)) == nil }
         if await work.next() == false {

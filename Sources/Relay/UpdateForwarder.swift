@@ -74,6 +74,8 @@ public struct UpdateForwarder: Sendable {
     let health: RelayHealth
     let logLimiter: LogLimiter
     let logger: Logger
+    /// A replay reads the live location before every request: its counters are made once.
+    private let liveCheckCounters = CounterCache<String> { Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", $0)]) }
     /// The first live-location refusal of each kind per hour is logged.
     private let liveCheckNotices = LogLimiter(limit: 1, interval: .seconds(3600))
 
@@ -249,7 +251,7 @@ public struct UpdateForwarder: Sendable {
                 liveCheckNotices.warning(label, to: logger, "Fleet Engine refused to read the live location of \(update.vehicle) (\(refusal.rawValue): \(message)); its update is sent without the check that keeps vehicles from moving back in time. Refusals are counted in fleet_relay_live_checks_total{result=\"\(label)\"}")
             }
         }
-        Counter(label: "fleet_relay_live_checks_total", dimensions: [("result", label)]).increment()
+        liveCheckCounters.counter(for: label).increment()
     }
 
     private static func detail(_ response: FleetEngineClient.Response) -> String {

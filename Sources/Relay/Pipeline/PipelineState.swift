@@ -432,7 +432,6 @@ public struct PipelineState<Waiter> {
     private mutating func adaptConcurrency(to request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
                                            _ actions: inout Actions) {
         guard var limit = concurrency, let startedAt = request.startedAt else { return }
-        let mostVehiclesFailing = vehiclesFailing * 2 > lanes.count
         let signal: ConcurrencyLimit.Signal = switch delivery.outcome {
         case .retry(let failure) where failure.cause == "http_429": .throttled
         case .retry(let failure) where failure.isFleetEngine && mostVehiclesFailing: .overloaded
@@ -456,6 +455,10 @@ public struct PipelineState<Waiter> {
         lanes.values[lane].retry = retry
     }
 
+    /// More than half the vehicles held wait to retry after a Fleet Engine failure: an outage
+    /// begins, and 503s count as the project being throttled.
+    private var mostVehiclesFailing: Bool { vehiclesFailing * 2 > lanes.count }
+
     /// Begins an outage when more than half the vehicles held wait after a Fleet Engine
     /// failure, and ends it once at most a third do: a few vehicles Fleet Engine keeps
     /// refusing are no outage, and the report does not flap with each answer.
@@ -465,7 +468,7 @@ public struct PipelineState<Waiter> {
                 outageSince = nil
                 actions.outage = .ended(lasted: now - since)
             }
-        } else if let failure, failure.isFleetEngine, vehiclesFailing * 2 > lanes.count {
+        } else if let failure, failure.isFleetEngine, mostVehiclesFailing {
             outageSince = now
             actions.outage = .began(failingVehicles: vehiclesFailing, vehicles: lanes.count, failure: failure)
         }
