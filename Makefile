@@ -38,7 +38,7 @@ test: deps test-python
 ## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
 ## DEMO_FLAGS passes flags to it, e.g. DEMO_FLAGS="--format traccar" (records as Traccar emits them).
 run: build
-	$(SWIFT) run --skip-build fleet-relay demo $(DEMO_FLAGS)
+	$(SWIFT) run --skip-build fleet-relay-dev demo $(DEMO_FLAGS)
 
 release: deps
 	$(SWIFT) build -c release

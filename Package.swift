@@ -5,7 +5,10 @@ let package = Package(
     name: "fleet-relay",
     platforms: [.macOS(.v15)],
     products: [
+        // What production runs: `run`, `replay`, `token`, `mapping`.
         .executable(name: "fleet-relay", targets: ["fleet-relay"]),
+        // The emulator, the simulator and the demo: never in the image.
+        .executable(name: "fleet-relay-dev", targets: ["fleet-relay-dev"]),
         .executable(name: "fleet-relay-bench", targets: ["Bench"]),
     ],
     dependencies: [
@@ -32,11 +35,18 @@ let package = Package(
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
         ),
+        // librdkafka's mock cluster API, for KafkaTesting only.
+        .systemLibrary(name: "CRdKafkaMock", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
         // glibc's mallopt, to tune the allocator.
         .systemLibrary(name: "CMalloc"),
         // RS256 through the system's libcrypto (libssl-dev): no second BoringSSL build.
         .target(
             name: "CRSAShim",
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
+        // A throwaway certificate authority for the emulator's HTTPS (tests and the demo).
+        .target(
+            name: "CThrowawayCA",
             linkerSettings: [.linkedLibrary("crypto")]
         ),
         .target(name: "JSON"),
@@ -47,6 +57,11 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
+        ),
+        // librdkafka's in-process mock cluster, for tests, the bench and the demo.
+        .target(
+            name: "KafkaTesting",
+            dependencies: ["CRdKafkaMock", "Kafka", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "FleetAuth",
@@ -93,7 +108,7 @@ let package = Package(
         ),
         .target(
             name: "FleetEngineEmulator",
-            dependencies: ["CRSAShim", "JSON", "FleetAuth", "FleetEngine", "HTTPServing"]
+            dependencies: ["CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing"]
         ),
         // Record decoders: the native event, mappings and the built-in formats.
         .target(
@@ -138,14 +153,33 @@ let package = Package(
             name: "FleetSimulator",
             dependencies: ["Kafka", "FleetAuth", "FleetEngine", "JSON"]
         ),
+        // What both executables share: flags from the environment, exit codes, logging.
+        .target(
+            name: "CommandLineSupport",
+            dependencies: [
+                "CMalloc", "Kafka", "Egress", "FleetEngine", "JSON",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "CMalloc", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator",
-                "FleetSimulator", "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
+                "CommandLineSupport", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine",
+                "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "fleet-relay-dev",
+            dependencies: [
+                "CommandLineSupport", "Relay", "Kafka", "KafkaTesting", "FleetAuth", "FleetEngine", "FleetEngineEmulator",
+                "FleetSimulator", "JSON", "Egress", "HTTPServing", "InputFormats",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -154,7 +188,7 @@ let package = Package(
         .executableTarget(
             name: "Bench",
             dependencies: [
-                "Kafka", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress", "InputFormats",
+                "Kafka", "KafkaTesting", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
@@ -181,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "RelayTests",
             dependencies: [
-                "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                "Relay", "Replay", "Kafka", "KafkaTesting", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
                 "JSON", "OpsServer", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

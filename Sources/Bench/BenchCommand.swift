@@ -10,11 +10,11 @@ struct BenchCommand: AsyncParsableCommand {
         commandName: "fleet-relay-bench",
         abstract: "Benchmark the relay (release build) against the mock Kafka cluster and the emulator, each its own process.")
 
-    @Option(help: "The fleet-relay binary to benchmark (also runs the emulator).")
+    @Option(help: "The fleet-relay binary to benchmark.")
     var relayBinary = ".build/release/fleet-relay"
 
-    @Option(help: "The fleet-relay binary that runs the emulator, when it differs from --relay-binary (comparing an older relay against today's emulator and its measurements).")
-    var emulatorBinary: String?
+    @Option(help: "The fleet-relay-dev binary that runs the emulator (and with it the latency measurement).")
+    var emulatorBinary = ".build/release/fleet-relay-dev"
 
     @Option(help: "Where the results go as JSON.")
     var output = "bench/results.json"
@@ -97,14 +97,14 @@ struct BenchCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "bench")
-        for binary in [relayBinary, emulatorBinary].compactMap({ $0 }) where !FileManager.default.isExecutableFile(atPath: binary) {
+        for binary in [relayBinary, emulatorBinary] where !FileManager.default.isExecutableFile(atPath: binary) {
             throw BenchError("\(binary) is missing: build it first (swift build -c release)")
         }
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         say("fleet-relay bench: logs and scratch files in \(workDirectory)")
         let transports = transports.reduce(into: [Transport]()) { if !$0.contains($1) { $0.append($1) } }
-        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, emulatorBinary: emulatorBinary ?? relayBinary,
+        let environment = try await BenchEnvironment.start(relayBinary: relayBinary, emulatorBinary: emulatorBinary,
                                                           relayArguments: relayArguments, transports: transports,
                                                           workDirectory: workDirectory, logger: logger)
         let runs = transports.map { Scenarios(environment: environment, partitions: partitions, transport: $0,

@@ -5,6 +5,7 @@ import FleetAuth
 import FleetSimulator
 import Foundation
 import Kafka
+import KafkaTesting
 import Logging
 
 /// How the relay reaches the emulator in a scenario: the production path, or plain

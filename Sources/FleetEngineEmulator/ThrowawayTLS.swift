@@ -1,4 +1,5 @@
 import CRSAShim
+import CThrowawayCA
 import Foundation
 import HTTPServing
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import FleetAuth
 import FleetEngine
 import Foundation
@@ -72,7 +73,7 @@ struct MappingCommand: AsyncParsableCommand {
                                                        defaultKind: kind)
             let records = try await samples()
             do {
-                try await decoder.prepare(records, maximumAttempts: 3) { FleetRelayMain.printError("fleet-relay: \($0); retrying") }
+                try await decoder.prepare(records, maximumAttempts: 3) { CommandLineMain.printError("fleet-relay: \($0); retrying") }
             } catch let error as SchemaRegistryUnavailable {
                 throw StartupError("\(error)")
             }

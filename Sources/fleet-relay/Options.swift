@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Egress
 import Foundation
 import FleetAuth
@@ -10,41 +11,6 @@ import RemoteSigners
 
 extension VehicleKind: ExpressibleByArgument {}
 extension LocationMode: ExpressibleByArgument {}
-extension Egress.HTTPVersion: ExpressibleByArgument {}
-
-struct KafkaOptions: ParsableArguments {
-    @Option(help: "Kafka bootstrap servers (host:port, comma-separated).")
-    var brokers: String
-
-    @Option(name: .customLong("kafka-property"),
-            help: ArgumentHelp("Any librdkafka property as key=value, e.g. security.protocol=SASL_SSL (repeatable).",
-                               valueName: "key=value"))
-    var kafkaProperties: [String] = []
-
-    func configuration() throws -> KafkaConfiguration {
-        var configuration = KafkaConfiguration(bootstrapServers: brokers)
-        for property in kafkaProperties {
-            do {
-                let (key, value) = try KafkaConfiguration.parseProperty(property)
-                configuration[key] = value
-            } catch {
-                throw StartupError(error.message)
-            }
-        }
-        return configuration
-    }
-
-    /// The configuration, checked by librdkafka itself: a typo stops startup in librdkafka's words.
-    func validatedConfiguration() throws -> KafkaConfiguration {
-        let configuration = try configuration()
-        do {
-            try configuration.validate()
-        } catch {
-            throw StartupError(error.message)
-        }
-        return configuration
-    }
-}
 
 struct FleetEngineOptions: ParsableArguments {
     @Option(help: "Fleet Engine provider (Google Cloud project id). Default: the key file's or the credentials' project.")
@@ -203,34 +169,3 @@ struct PipelineOptions: ParsableArguments {
             maximumRequestsPerSecond: maxRequestsPerSecond)
     }
 }
-
-struct LoggingOptions: ParsableArguments {
-    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
-    var logLevel: Logger.Level = .info
-
-    @Option(help: "Log format: json or text. Default: text on a terminal, json otherwise (containers).")
-    var logFormat: LogFormat?
-
-    func bootstrap() {
-        Self.bootstrap(level: logLevel, format: logFormat ?? .automatic)
-    }
-
-    static func bootstrap(level: Logger.Level, format: LogFormat = .text) {
-        LoggingSystem.bootstrap { label in
-            switch format {
-            case .json:
-                var handler = JSONLogHandler(label: label)
-                handler.logLevel = level
-                return handler
-            case .text:
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        }
-    }
-}
-
-extension LogFormat: ExpressibleByArgument {}
-
-extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Foundation
 
 /// A secret given as a flag (or its environment variable) or as a file, e.g. a mounted

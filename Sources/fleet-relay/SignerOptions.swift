@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Egress
 import FleetAuth
 import Foundation

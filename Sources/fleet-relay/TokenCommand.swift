@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Egress
 import FleetAuth
 import FleetEngine
@@ -30,7 +31,7 @@ struct TokenCommand: AsyncParsableCommand {
 
     func run() async throws {
         let egress = try egressOptions.egress()
-        let setup = try await signer.makeSigner(egress: egress) { FleetRelayMain.printError("fleet-relay: warning: \($0)") }
+        let setup = try await signer.makeSigner(egress: egress) { CommandLineMain.printError("fleet-relay: warning: \($0)") }
         let identity = VehicleIdentity(kind: kind, id: signer.tokenScope == .wildcard ? FleetEngineClaims.wildcard : vehicle!)
         let minted: VehicleToken
         do {

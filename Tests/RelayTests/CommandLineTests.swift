@@ -16,8 +16,15 @@ import Testing
 /// and SIGTERM, against a mock cluster and emulator living in this test process.
 extension IntegrationTests {
 @Suite struct CommandLineTests {
-    static var binary: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("fleet-relay")
+    static var binary: URL { builtExecutable("fleet-relay") }
+
+    /// `fleet-relay-dev`: the demo, the emulator and the simulator.
+    static var developmentBinary: URL { builtExecutable("fleet-relay-dev") }
+
+    static let developmentCommands: Set = ["demo", "emulator", "simulate"]
+
+    static func builtExecutable(_ name: String) -> URL {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(name)
     }
 
     struct Finished {
@@ -33,8 +40,10 @@ extension IntegrationTests {
         private let seenOutput = Mutex("")
         private let seenLog = Mutex("")
 
-        init(_ arguments: [String], environment: [String: String] = [:]) throws {
-            process.executableURL = IntegrationTests.CommandLineTests.binary
+        init(_ arguments: [String], environment: [String: String] = [:], binary: URL? = nil) throws {
+            let tests = IntegrationTests.CommandLineTests.self
+            process.executableURL = binary
+                ?? (arguments.first.map(tests.developmentCommands.contains) == true ? tests.developmentBinary : tests.binary)
             process.arguments = arguments
             var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("FLEET_RELAY_") }
             env.merge(environment) { _, new in new }
@@ -83,8 +92,8 @@ extension IntegrationTests {
         }
     }
 
-    func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Finished {
-        try await RunningProcess(arguments, environment: environment).finish()
+    func run(_ arguments: [String], environment: [String: String] = [:], binary: URL? = nil) async throws -> Finished {
+        try await RunningProcess(arguments, environment: environment, binary: binary).finish()
     }
 
     /// Scrapes the ops endpoint of a relay that delivered 150 fixes and dead-lettered one record.
@@ -160,6 +169,48 @@ extension IntegrationTests {
         }
         #expect(try await query("sum(fleet_relay_dead_letters_total{reason=\"missing_field\"})") == 1)
         #expect(try await query("up{job=\"fleet-relay\"}") == 1)
+    }
+
+    /// The production binary offers what production runs; the test doubles live in `fleet-relay-dev`.
+    @Test func theProductionBinaryListsOnlyProductionCommands() async throws {
+        let help = try await run(["--help"])
+        #expect(help.status == 0)
+        let commands = Self.subcommandNames(help.stdout)
+        #expect(commands == ["run", "replay", "token", "mapping"], "\(help.stdout)")
+        let emulator = try await run(["emulator", "--key-file", "k"], binary: Self.binary)
+        #expect(emulator.status == 64, "no such command in fleet-relay: \(emulator.stderr)")
+
+        let development = try await run(["--help"], binary: Self.developmentBinary)
+        #expect(Self.subcommandNames(development.stdout) == ["demo", "emulator", "simulate"], "\(development.stdout)")
+    }
+
+    /// Every option of `run` has its variable, taken from ArgumentParser's model of the command
+    /// (the JSON of `--experimental-dump-help`), however its help text reads.
+    @Test func everyOptionOfRunHasItsEnvironmentVariable() async throws {
+        let dump = try await run(["run", "--experimental-dump-help"])
+        let info = try #require(try JSONSerialization.jsonObject(with: Data(dump.stdout.utf8)) as? [String: Any])
+        let arguments = try #require((info["command"] as? [String: Any])?["arguments"] as? [[String: Any]])
+        let longNames = arguments.flatMap { argument in
+            ((argument["names"] as? [[String: Any]]) ?? []).compactMap { $0["kind"] as? String == "long" ? $0["name"] as? String : nil }
+        }.filter { $0 != "help" && $0 != "version" }
+        #expect(longNames.count > 40, "\(longNames)")
+        var environment: [String: String] = [:]
+        for name in longNames {
+            environment["FLEET_RELAY_" + name.uppercased().replacingOccurrences(of: "-", with: "_")] = "x"
+        }
+        let result = try await run(["run"], environment: environment)
+        #expect(!result.stderr.contains("ignoring FLEET_RELAY_"), "\(result.stderr)")
+        #expect(result.status == 64, "the values are nonsense, so parsing fails after every variable was taken")
+    }
+
+    /// The command names of a help text's SUBCOMMANDS section.
+    static func subcommandNames(_ help: String) -> [String] {
+        guard let section = help.components(separatedBy: "SUBCOMMANDS:").last, help.contains("SUBCOMMANDS:") else { return [] }
+        return section.split(separator: "\n").compactMap { line -> String? in
+            guard line.hasPrefix("  "), !line.hasPrefix("   "), let word = line.split(separator: " ").first,
+                  word.first?.isLowercase == true else { return nil }
+            return String(word)
+        }
     }
 
     @Test func unknownFlagFailsWithOneReadableLine() async throws {

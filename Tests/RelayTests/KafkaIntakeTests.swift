@@ -1,4 +1,5 @@
 @testable import Kafka
+import KafkaTesting
 import Logging
 import NIOCore
 import Synchronization

@@ -5,6 +5,7 @@ import FleetEngineEmulator
 import Foundation
 import HTTPServing
 import Kafka
+import KafkaTesting
 import Logging
 import Relay
 import ServiceLifecycle

@@ -4,15 +4,15 @@ import Synchronization
 
 /// The one Swift type that calls librdkafka: a consumer or producer handle, the callbacks
 /// its owner needs, and every operation the Kafka module uses. The consumer, producer,
-/// partition reader, inspector and mock cluster hold one and never touch librdkafka
+/// partition reader and inspector hold one (and `KafkaTesting`'s mock cluster) and never touch librdkafka
 /// themselves.
 ///
 /// Threading: librdkafka handles are thread-safe. Methods marked blocking wait for a
 /// broker; callers run them on their own thread (a poll loop) or through `BlockingCallQueue`,
 /// never on a Swift concurrency thread. `enqueueCommit` does not wait: its answer is served by
 /// the consumer's poll loop.
-final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; `context` is immutable
-    enum Kind {
+package final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; `context` is immutable
+    package enum Kind {
         case consumer
         case producer
     }
@@ -25,7 +25,7 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
 
     /// Creates a client. A consumer with a rebalance handler gets the rebalance callback,
     /// a producer with `reportsDeliveries` the delivery-report callback.
-    init(_ kind: Kind, configuration: KafkaConfiguration, context: RDKafkaClientContext) throws(KafkaError) {
+    package init(_ kind: Kind, configuration: KafkaConfiguration, context: RDKafkaClientContext) throws(KafkaError) {
         let conf = try RDKafkaConfig.make(configuration)
         context.attach(to: conf)
         if context is RDKafkaRebalanceHandling { rd_kafka_conf_set_rebalance_cb(conf, RDKafkaClient.rebalanceCallback) }
@@ -257,69 +257,11 @@ final class RDKafkaClient: @unchecked Sendable {  // the handle is thread-safe; 
         rd_kafka_flush(handle, Self.milliseconds(timeout)) == RD_KAFKA_RESP_ERR_NO_ERROR
     }
 
-    // MARK: Mock cluster
+    // MARK: Testing
 
-    /// librdkafka's in-process mock cluster, living inside this client's handle.
-    struct MockCluster: @unchecked Sendable {  // librdkafka's mock API is thread-safe
-        fileprivate let pointer: OpaquePointer
-
-        var bootstrapServers: String { String(cString: rd_kafka_mock_cluster_bootstraps(pointer)) }
-
-        func destroy() { rd_kafka_mock_cluster_destroy(pointer) }
-
-        func createTopic(_ name: String, partitions: Int, replicationFactor: Int) throws(KafkaError) {
-            let result = rd_kafka_mock_topic_create(pointer, name, Int32(partitions), Int32(replicationFactor))
-            guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
-                throw KafkaError(.mockCluster, "cannot create topic \(name): \(RDKafkaConfig.errorName(result))")
-            }
-        }
-
-        func setBrokerDown(_ brokerId: Int32) { rd_kafka_mock_broker_set_down(pointer, brokerId) }
-
-        func setBrokerUp(_ brokerId: Int32) { rd_kafka_mock_broker_set_up(pointer, brokerId) }
-
-        func setBrokerRoundTripTime(_ brokerId: Int32, _ roundTrip: Duration) {
-            rd_kafka_mock_broker_set_rtt(pointer, brokerId, RDKafkaClient.milliseconds(roundTrip))
-        }
-
-        func setTopicError(_ topic: String, error: Int32) {
-            rd_kafka_mock_topic_set_error(pointer, topic, rd_kafka_resp_err_t(error))
-        }
-
-        func setPartitionLeader(_ topic: String, partition: Int32, brokerId: Int32) {
-            rd_kafka_mock_partition_set_leader(pointer, topic, partition, brokerId)
-        }
-
-        func setGroupCoordinator(_ group: String, brokerId: Int32) {
-            rd_kafka_mock_coordinator_set(pointer, "group", group, brokerId)
-        }
-
-        func failNextRequests(onBroker brokerId: Int32, apiKey: Int16, error: Int32, count: Int) {
-            for _ in 0..<count {
-                fr_mock_broker_push_request_error(pointer, brokerId, apiKey, rd_kafka_resp_err_t(error))
-            }
-        }
-
-        func pendingRequestErrors(onBroker brokerId: Int32, apiKey: Int16) -> Int {
-            var count = 0
-            rd_kafka_mock_broker_error_stack_cnt(pointer, brokerId, apiKey, &count)
-            return count
-        }
-
-        func failNextRequests(apiKey: Int16, error: Int32, count: Int) {
-            let errors = [rd_kafka_resp_err_t](repeating: rd_kafka_resp_err_t(error), count: count)
-            errors.withUnsafeBufferPointer {
-                rd_kafka_mock_push_request_errors_array(pointer, apiKey, count, $0.baseAddress)
-            }
-        }
-    }
-
-    func makeMockCluster(brokers: Int) throws(KafkaError) -> MockCluster {
-        guard let cluster = rd_kafka_mock_cluster_new(handle, Int32(brokers)) else {
-            throw KafkaError(.mockCluster, "cannot create a mock Kafka cluster")
-        }
-        return MockCluster(pointer: cluster)
-    }
+    /// The librdkafka handle, for `KafkaTesting`'s mock cluster, which lives inside a client
+    /// handle. Nothing in this package's production targets calls it.
+    package var handleForTesting: OpaquePointer { handle }
 
     // MARK: Helpers
 

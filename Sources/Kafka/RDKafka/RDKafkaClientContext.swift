@@ -4,12 +4,12 @@ import Logging
 /// State a librdkafka client's C callbacks reach through the handle's opaque
 /// pointer. Subclasses add what their callbacks need. Retained by the owning
 /// Swift client for as long as the handle lives.
-class RDKafkaClientContext: @unchecked Sendable {  // subclasses document what they guard
+package class RDKafkaClientContext: @unchecked Sendable {  // subclasses document what they guard
     let logger: Logger
     /// Commits under way and their answers (consumers only).
     let commitAnswers = CommitAnswers()
 
-    init(logger: Logger) {
+    package init(logger: Logger) {
         self.logger = logger
     }
 

@@ -1,11 +1,11 @@
 import ArgumentParser
 
 /// A duration flag value: `500ms`, `5s`, `2m`, `1h`, or a plain number of seconds.
-struct DurationArgument: ExpressibleByArgument, CustomStringConvertible, Sendable {
-    let duration: Duration
+package struct DurationArgument: ExpressibleByArgument, CustomStringConvertible, Sendable {
+    package let duration: Duration
     private let text: String
 
-    init?(argument: String) {
+    package init?(argument: String) {
         let units: [(suffix: String, seconds: Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
         let unit = units.first { argument.hasSuffix($0.suffix) && Double(argument.dropLast($0.suffix.count)) != nil }
         let number = Double(unit.map { String(argument.dropLast($0.suffix.count)) } ?? argument)
@@ -14,6 +14,6 @@ struct DurationArgument: ExpressibleByArgument, CustomStringConvertible, Sendabl
         text = argument
     }
 
-    var description: String { text }
-    var defaultValueDescription: String { text }
+    package var description: String { text }
+    package var defaultValueDescription: String { text }
 }

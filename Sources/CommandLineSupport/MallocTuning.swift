@@ -11,11 +11,11 @@ import CMalloc
 ///
 /// Limiting the arenas (`MALLOC_ARENA_MAX=2`) saves another 40 MB there but costs about 5 % more
 /// CPU per request on two cores: the operator's choice, documented in the README.
-enum MallocTuning {
-    static let mmapThreshold: Int32 = 256 * 1024
+package enum MallocTuning {
+    package static let mmapThreshold: Int32 = 256 * 1024
 
     /// Fixes the threshold unless the operator chose with `MALLOC_MMAP_THRESHOLD_`, which glibc reads itself.
-    static func apply(environment: [String: String]) {
+    package static func apply(environment: [String: String]) {
         #if os(Linux)
         guard environment["MALLOC_MMAP_THRESHOLD_"] == nil else { return }
         _ = mallopt(M_MMAP_THRESHOLD, mmapThreshold)
@@ -26,7 +26,7 @@ enum MallocTuning {
     /// took, freed between the tokens that stay; `malloc_trim` returns those free pages in
     /// every arena to the system: at 100,000 vehicles 123 MB resident after a cold start
     /// instead of 158–163 MB, for 4–11 ms once per burst.
-    @Sendable static func releaseFreedMemory() {
+    @Sendable package static func releaseFreedMemory() {
         #if os(Linux)
         _ = malloc_trim(0)
         #endif

@@ -6,23 +6,23 @@ import Synchronization
 
 /// One JSON object per line on standard error, for log collectors in containers:
 /// `{"time": …, "level": …, "logger": …, "message": …, <metadata>}`.
-struct JSONLogHandler: LogHandler {
-    var logLevel: Logger.Level = .info
-    var metadata: Logger.Metadata = [:]
-    let label: String
+package struct JSONLogHandler: LogHandler {
+    package var logLevel: Logger.Level = .info
+    package var metadata: Logger.Metadata = [:]
+    package let label: String
 
     private static let output = Mutex(())
 
-    init(label: String) {
+    package init(label: String) {
         self.label = label
     }
 
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    func log(event: LogEvent) {
+    package func log(event: LogEvent) {
         var line = JSONObjectWriter()
         line.add("time", RFC3339.format(milliseconds: Int64(Date().timeIntervalSince1970 * 1000)))
         line.add("level", event.level.rawValue)
@@ -40,9 +40,9 @@ struct JSONLogHandler: LogHandler {
 }
 
 /// How log lines are written: `json` (default when standard error is not a terminal) or `text`.
-enum LogFormat: String, CaseIterable {
+package enum LogFormat: String, CaseIterable {
     case json
     case text
 
-    static var automatic: LogFormat { isatty(STDERR_FILENO) == 1 ? .text : .json }
+    package static var automatic: LogFormat { isatty(STDERR_FILENO) == 1 ? .text : .json }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Egress
 import FleetAuth
 import FleetEngine
@@ -7,6 +8,7 @@ import FleetSimulator
 import Foundation
 import InputFormats
 import Kafka
+import KafkaTesting
 import Logging
 import Relay
 import ServiceLifecycle
@@ -149,12 +151,5 @@ struct DemoSideshow: Service {
             + (totals.skipped > 0 ? "skipped \(totals.skipped) | " : "")
             + "vehicles \(relay.vehicleCount) seen, \(emulator.vehicles.count) in Fleet Engine | "
             + "uncommitted \(relay.uncommittedRecords)\(relay.isPaused ? " | paused" : "")")
-    }
-}
-
-/// Unbuffered lines on standard output, so status shows up at once through pipes too.
-enum Console {
-    static func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import FleetSimulator
 import Foundation
 import InputFormats

@@ -1,5 +1,5 @@
-#ifndef FLEET_RELAY_TLS_SHIM_H
-#define FLEET_RELAY_TLS_SHIM_H
+#ifndef FLEET_RELAY_THROWAWAY_CA_H
+#define FLEET_RELAY_THROWAWAY_CA_H
 
 #include <stddef.h>
 

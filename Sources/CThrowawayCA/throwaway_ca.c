@@ -1,4 +1,4 @@
-#include "tls_shim.h"
+#include "throwaway_ca.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
