@@ -1,4 +1,4 @@
-import Egress
+@testable import Egress
 import Foundation
 import NIOCore
 import NIOPosix
@@ -173,16 +173,55 @@ import Testing
         }
     }
 
-    @Test func malformedAnswerFailsTheRequestAndTheConnection() async throws {
-        try await withServer({ request, _ in
-            request == 1 ? ("HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false) : Self.emptyAnswer
-        }) { server, client, _ in
-            await expectFailure(client, update(), "a malformed answer") {
-                if case .malformedResponse(let reason) = $0 { reason == "invalid Content-Length \"x\"" } else { false }
+    /// What RFC 9112 says a client must refuse, refused by the decoder, and the connection with
+    /// it: both framings at once (§6.3: a request smuggling vector), conflicting or invalid
+    /// lengths, broken chunks, a head that is not HTTP/1.1, bytes nobody asked for.
+    @Test(arguments: [
+        "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx",
+        "HTTP/1.1 20 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+    ])
+    func malformedAnswerFailsTheRequestAndTheConnection(wire: String) async throws {
+        try await withServer({ request, _ in request == 1 ? (wire, false) : Self.emptyAnswer }) { server, client, _ in
+            await expectFailure(client, update(), wire) {
+                if case .malformedResponse(let reason) = $0 { !reason.isEmpty } else { false }
             }
             let next = try await client.execute(update())
             #expect(next.status == 200, "the next request goes through")
+            #expect(server.received.withLock { $0.map(\.connection) } == [1, 2], "on a new connection")
+        }
+    }
+
+    /// An answer nobody asked for would be read as the next request's: the connection closes.
+    @Test func bytesAfterTheAnswerCloseTheConnection() async throws {
+        try await withServer({ request, _ in
+            request == 1 ? ("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 299 Smuggled\r\nContent-Length: 0\r\n\r\n", false)
+                : Self.emptyAnswer
+        }) { server, client, _ in
+            #expect(try await client.execute(update()).status == 200)
+            try await eventually("the connection that carried the extra answer is closed") { client.usableIdleConnections == 0 }
+            #expect(try await client.execute(update()).status == 200, "not the smuggled 299")
             #expect(server.received.withLock { $0.map(\.connection) } == [1, 2])
+        }
+    }
+
+    @Test func informationalAnswersAndAnswersWithoutBodyAreRead() async throws {
+        try await withServer({ request, _ in
+            switch request {
+            case 1: ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", false)
+            default: ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;ext=1\r\n{}\r\n0\r\nTrailer: x\r\n\r\n", false)
+            }
+        }) { server, client, _ in
+            #expect(try await client.execute(update()).status == 204)
+            let chunked = try await client.execute(update())
+            #expect(chunked.status == 200)
+            #expect(String(buffer: chunked.body) == "{}")
+            #expect(server.received.withLock { $0.map(\.connection) } == [1, 1], "one connection throughout")
         }
     }
 }

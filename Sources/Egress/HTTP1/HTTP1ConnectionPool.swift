@@ -1,4 +1,5 @@
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -31,6 +32,9 @@ public final class HTTP1ConnectionPool: Sendable {
         giveBack(connection)
         return response
     }
+
+    /// Idle connections that can still carry a request.
+    var usableIdleConnections: Int { idle.withLock { $0.filter(\.isUsable).count } }
 
     /// Closes the idle connections; those under way close as their requests end.
     public func shutdown() async {
@@ -72,8 +76,8 @@ public final class HTTP1ConnectionPool: Sendable {
 typealias HTTP1Connection = EgressConnection<HTTP1ExchangeHandler>
 
 extension EgressConnection where Handler == HTTP1ExchangeHandler {
-    /// TCP, proxy tunnel and TLS when the origin has them, then the exchange handler, which
-    /// writes and reads HTTP/1.1 itself.
+    /// TCP, proxy tunnel and TLS when the origin has them, then NIO's HTTP/1.1 codec and the
+    /// exchange handler.
     static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP1Connection> {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in
             if origin.tls != nil, let negotiated, negotiated != "http/1.1" {
@@ -81,7 +85,10 @@ extension EgressConnection where Handler == HTTP1ExchangeHandler {
             }
             let state = ConnectionState()
             let handler = HTTP1ExchangeHandler(authority: origin.authority, requestTimeout: origin.requestTimeout, state: state)
-            try channel.pipeline.syncOperations.addHandler(handler)
+            // Bytes after an answer nobody asked for are an error, not the next answer.
+            try channel.pipeline.syncOperations.addHandlers([
+                HTTPRequestEncoder(), ByteToMessageHandler(HTTPResponseDecoder(leftOverBytesStrategy: .fireError)), handler,
+            ])
             return HTTP1Connection(channel: channel, handler: handler, state: state)
         }
     }

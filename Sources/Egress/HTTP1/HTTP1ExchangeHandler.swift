@@ -1,15 +1,17 @@
 import NIOCore
+import NIOHTTP1
 
-/// The client end of one HTTP/1.1 keep-alive connection, one request at a time. The relay's
-/// requests are small and all alike, so the handler writes each as one buffer (head and
-/// body, one system call) and reads answers with its own parser, without a codec's
-/// pipeline stages. A request past its timeout, or cancelled, closes the connection, since
-/// HTTP/1.1 cannot abandon a request and keep the connection.
+/// The client end of one HTTP/1.1 keep-alive connection, one request at a time. Answers are
+/// read by NIO's llhttp-based `HTTPResponseDecoder`, which is well kept and refuses what
+/// RFC 9112 says must be refused (both `Transfer-Encoding` and `Content-Length`, bad chunk
+/// framing, oversized heads); a request goes out as head and body in one flush. A request
+/// past its timeout, or cancelled, closes the connection, since HTTP/1.1 cannot abandon a
+/// request and keep the connection.
 ///
 /// Everything here runs on the connection's event loop.
 final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundOut = HTTPClientRequestPart
 
     private struct Current {
         let exchange: Exchange
@@ -22,7 +24,6 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     private let state: ConnectionState
     private var context: ChannelHandlerContext?
     private var current: Current?
-    private var parser = HTTP1ResponseParser()
     /// One timer per connection, re-armed for the request under way when it fires, instead
     /// of one scheduled and cancelled per request.
     private var timer: Scheduled<Void>?
@@ -57,9 +58,8 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
         }
         exchange.completion = completion
         current = Current(exchange: exchange, deadline: .now() + requestTimeout)
-        parser.reset()
         if timer == nil { armTimer(at: current!.deadline, on: context.eventLoop) }
-        context.writeAndFlush(wrapOutboundOut(serialize(exchange.request, allocator: context.channel.allocator)), promise: nil)
+        write(exchange.request, context: context)
     }
 
     /// No line break in what goes into the head: a token from an outside signer must never
@@ -69,28 +69,20 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
         return plain(request.path) && plain(request.authorization) && plain(request.contentType) && plain(request.method)
     }
 
-    /// Request line, headers and body in one buffer.
-    private func serialize(_ request: EgressRequest, allocator: ByteBufferAllocator) -> ByteBuffer {
-        let bodyBytes = request.body?.readableBytes ?? 0
-        var buffer = allocator.buffer(capacity: 160 + request.path.utf8.count + (request.authorization?.utf8.count ?? 0) + bodyBytes)
-        buffer.writeString(request.method)
-        buffer.writeStaticString(" ")
-        buffer.writeString(request.path)
-        buffer.writeStaticString(" HTTP/1.1\r\nHost: ")
-        buffer.writeString(authority)
-        if let authorization = request.authorization {
-            buffer.writeStaticString("\r\nAuthorization: ")
-            buffer.writeString(authorization)
+    /// Head, body and end, flushed once: one write of the socket.
+    private func write(_ request: EgressRequest, context: ChannelHandlerContext) {
+        var headers = HTTPHeaders()
+        headers.reserveCapacity(4)
+        headers.add(name: "Host", value: authority)
+        if let authorization = request.authorization { headers.add(name: "Authorization", value: authorization) }
+        if let contentType = request.contentType { headers.add(name: "Content-Type", value: contentType) }
+        headers.add(name: "Content-Length", value: String(request.body?.readableBytes ?? 0))
+        let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method), uri: request.path, headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        if let body = request.body, body.readableBytes > 0 {
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }
-        if let contentType = request.contentType {
-            buffer.writeStaticString("\r\nContent-Type: ")
-            buffer.writeString(contentType)
-        }
-        buffer.writeStaticString("\r\nContent-Length: ")
-        buffer.writeString(String(bodyBytes))
-        buffer.writeStaticString("\r\n\r\n")
-        if var body = request.body { buffer.writeBuffer(&body) }
-        return buffer
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }
 
     private func armTimer(at deadline: NIODeadline, on eventLoop: any EventLoop) {
@@ -113,33 +105,18 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var bytes = unwrapInboundIn(data)
-        guard current != nil else {
-            // Nothing was asked: the server is out of step, and the connection cannot be trusted.
-            closeConnection()
-            return
-        }
-        do {
-            for event in try parser.feed(&bytes) { receive(event) }
-        } catch {
-            fail(ExchangeError.malformedResponse(error.reason))
-        }
-    }
-
-    private func receive(_ event: HTTP1ResponseParser.Event) {
-        guard let exchange = current?.exchange else { return }
-        switch event {
-        case .head(let status, let retryAfter, let keepAlive):
-            _ = exchange.receivedStatus(status, retryAfter: retryAfter)
-            current?.keepAlive = keepAlive
+        guard let exchange = current?.exchange else { return }  // the decoder refuses unsolicited answers
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            _ = exchange.receivedStatus(Int(head.status.code), retryAfter: head.headers.first(name: "retry-after"))
+            current?.keepAlive = head.isKeepAlive
         case .body(var bytes):
             do {
                 try exchange.receivedBody(&bytes)
             } catch {
                 fail(error)
             }
-        case .end(let leftover):
-            if leftover { current?.keepAlive = false }
+        case .end:
             answer()
         }
     }
@@ -165,16 +142,21 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
         context?.close(promise: nil)
     }
 
+    /// The decoder's errors say the answer broke HTTP/1.1; anything else is the connection's.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        fail(error)
+        switch error {
+        case let parserError as HTTPParserError: fail(ExchangeError.malformedResponse("\(parserError)"))
+        case let decoderError as NIOHTTPDecoderError: fail(ExchangeError.malformedResponse("\(decoderError)"))
+        default: fail(error)
+        }
         closeConnection()
     }
 
+    /// An answer without a length or chunks ends with the connection: the decoder has already
+    /// ended it; a request still under way fails.
     func channelInactive(context: ChannelHandlerContext) {
         state.markUnusable()
         timer?.cancel()
-        // An answer without a length or chunks ends with the connection.
-        if current != nil, parser.endsWithConnection { answer() }
         fail(ExchangeError.connectionClosed)
         context.fireChannelInactive()
     }
