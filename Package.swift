@@ -167,6 +167,7 @@ let package = Package(
             dependencies: [
                 "CommandLineSupport", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine",
                 "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

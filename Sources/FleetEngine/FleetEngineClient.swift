@@ -9,10 +9,10 @@ import Synchronization
 /// Tokens are attached per request, never per connection.
 ///
 /// Over HTTPS the requests travel on the relay's own HTTP/2 transport
-/// (`HTTP2ConnectionPool`): `ceil(maximumInFlight / streamsPerConnection)` connections,
-/// since one carries at most the server's stream limit (Fleet Engine's front ends
-/// advertise 100), and at least one per event loop, each request on the one with the
-/// fewest under way on the caller's event loop (see `connectionExecutors`). Over HTTP/1.1
+/// (`HTTP2ConnectionPool`): at least one connection per event loop, and more as the
+/// server's announced stream limit requires (Fleet Engine's front ends announce 100), each
+/// request on the one with the fewest under way on the caller's event loop (see
+/// `connectionExecutors`). Over HTTP/1.1
 /// (`--http-version 1.1`, plain http, or a server that does not offer `h2`) they go
 /// over keep-alive connections, one request at a time each (`HTTP1ConnectionPool`).
 /// Both write a request's parts in one flush and build nothing per request beyond it.
@@ -26,25 +26,24 @@ public final class FleetEngineClient: Sendable {
         public var requestTimeout: Duration
         /// Requests the caller has under way at most (the relay's in-flight limit).
         public var maximumInFlight: Int
-        /// HTTP/2 streams one connection is given at most; the server's advertised limit.
+        /// HTTP/2 streams one connection is given at most, below the limit the server announces.
         public var streamsPerConnection: Int
+        /// When an HTTP/2 connection is pinged, found dead, or closed as idle.
+        public var liveness: HTTP2Liveness
         public var egress: Egress
 
         public init(baseURL: String = "https://fleetengine.googleapis.com", provider: String,
                     locationMode: LocationMode = .supplemental, requestTimeout: Duration = .seconds(15),
-                    maximumInFlight: Int = 64, streamsPerConnection: Int = 100, egress: Egress = .standard) {
+                    maximumInFlight: Int = 64, streamsPerConnection: Int = 100, liveness: HTTP2Liveness = .init(),
+                    egress: Egress = .standard) {
             self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
             self.provider = provider
             self.locationMode = locationMode
             self.requestTimeout = requestTimeout
             self.maximumInFlight = maximumInFlight
             self.streamsPerConnection = streamsPerConnection
+            self.liveness = liveness
             self.egress = egress
-        }
-
-        /// HTTP/2 connections the in-flight limit needs (the pool adds one per event loop it lacks).
-        public var connectionCount: Int {
-            max(1, (maximumInFlight + streamsPerConnection - 1) / max(1, streamsPerConnection))
         }
     }
 
@@ -82,10 +81,16 @@ public final class FleetEngineClient: Sendable {
         self.transport = Self.transport(for: configuration)
     }
 
-    /// The HTTP/2 connections the client keeps open; nil over HTTP/1.1.
+    /// The HTTP/2 connections the client has opened and keeps; nil over HTTP/1.1.
     public var http2ConnectionCount: Int? {
         guard case .success(let transport) = transport else { return nil }
         return transport.http2?.connectionCount
+    }
+
+    /// The HTTP/2 connections the client opens at most; nil over HTTP/1.1.
+    public var http2ConnectionLimit: Int? {
+        guard case .success(let transport) = transport else { return nil }
+        return transport.http2?.connectionLimit
     }
 
     /// Executors on the event loops of the client's connections: a task preferring one
@@ -105,9 +110,11 @@ public final class FleetEngineClient: Sendable {
         let timeout = TimeAmount(configuration.requestTimeout)
         do {
             let http2 = https && egress.httpVersion != .http1
-                ? try HTTP2ConnectionPool(host: host, port: port, egress: egress, connections: configuration.connectionCount,
+                // A connection carries at least one stream: as many connections as requests at most.
+                ? try HTTP2ConnectionPool(host: host, port: port, egress: egress, streamsPerConnection: configuration.streamsPerConnection,
+                                          maximumConnections: configuration.maximumInFlight,
                                           offerHTTP1: egress.httpVersion == .automatic, connectTimeout: connectTimeout,
-                                          requestTimeout: timeout)
+                                          requestTimeout: timeout, liveness: configuration.liveness)
                 : nil
             let http1 = try HTTP1ConnectionPool(host: host, port: port, egress: egress, tls: https,
                                                 maximumIdle: configuration.maximumInFlight, connectTimeout: connectTimeout,

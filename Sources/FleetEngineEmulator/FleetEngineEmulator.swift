@@ -129,6 +129,8 @@ public final class FleetEngineEmulator: EmulatedService {
     private let verifier: TokenVerifier
     private let state = Mutex(State())
     private let server = Mutex<HTTPServer?>(nil)
+    /// Makes the connections open at a moment go silent (`silenceOpenConnections`).
+    public let path = SilentPath()
 
     /// - Parameters:
     ///   - key: the service account whose tokens are accepted (its public half verifies them).
@@ -147,6 +149,12 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0, options: HTTPServer.Options = .init()) async throws -> String {
+        var options = options
+        let earlier = options.prepareConnection
+        options.prepareConnection = { [path] channel in
+            try earlier?(channel)
+            try path.prepare(channel)
+        }
         let server = try await EmulatorHost.start([self], host: host, port: port, options: options)
         self.server.withLock { $0 = server }
         return server.baseURL

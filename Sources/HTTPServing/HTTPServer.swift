@@ -17,10 +17,15 @@ public final class HTTPServer: Sendable {
         public var tls: ServerTLS?
         /// Faults of the HTTP/2 connection layer (HTTPS only).
         public var http2: HTTP2ServerBehaviour
+        /// Adds handlers at the network end of every accepted connection, before TLS (the
+        /// emulator's network faults, such as a path that goes silent).
+        public var prepareConnection: (@Sendable (any Channel) throws -> Void)?
 
-        public init(tls: ServerTLS? = nil, http2: HTTP2ServerBehaviour = .init()) {
+        public init(tls: ServerTLS? = nil, http2: HTTP2ServerBehaviour = .init(),
+                    prepareConnection: (@Sendable (any Channel) throws -> Void)? = nil) {
             self.tls = tls
             self.http2 = http2
+            self.prepareConnection = prepareConnection
         }
     }
 
@@ -44,12 +49,19 @@ public final class HTTPServer: Sendable {
         let statistics = HTTPServerStatistics()
         let sslContext = try options.tls.map { try NIOSSLContext(configuration: $0.configuration) }
         let http2 = options.http2
+        let prepareConnection = options.prepareConnection
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 statistics.count(\.connections)
+                channel.closeFuture.whenComplete { _ in statistics.count(\.connectionsClosed) }
+                do {
+                    try prepareConnection?(channel)
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
                 guard let sslContext else {
                     return channel.eventLoop.makeCompletedFuture {
                         try configureHTTP1(channel, responder: responder, statistics: statistics)

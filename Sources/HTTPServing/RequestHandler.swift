@@ -147,6 +147,7 @@ final class HTTP2ConnectionFaults: @unchecked Sendable {
     func streamOpened(_ id: HTTP2StreamID?) {
         connection.eventLoop.preconditionInEventLoop()
         openStreams += 1
+        statistics.noteOpenStreams(openStreams)
         if let id, id > highestStreamID { highestStreamID = id }
     }
 
@@ -172,6 +173,11 @@ final class HTTP2ConnectionFaults: @unchecked Sendable {
     /// are answered, the client must open a new connection for anything after.
     func requestArrived() {
         requests += 1
+        if let change = behaviour.streamLimitChange, requests == change.afterRequests {
+            let settings = HTTP2Frame(streamID: .rootStream,
+                                      payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: change.limit)])))
+            connection.writeAndFlush(settings, promise: nil)
+        }
         guard let every = behaviour.goAwayEveryRequests, requests % every == 0, !goingAway else { return }
         goingAway = true
         statistics.count(\.goAwaysSent)

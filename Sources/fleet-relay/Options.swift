@@ -6,6 +6,7 @@ import FleetAuth
 import FleetEngine
 import Kafka
 import Logging
+import NIOCore
 import Relay
 import RemoteSigners
 
@@ -31,13 +32,26 @@ struct FleetEngineOptions: ParsableArguments {
     @Option(help: "HTTP version to Fleet Engine: auto (HTTP/2 where TLS negotiates it), 1.1, or 2 (required; needs https).")
     var httpVersion: Egress.HTTPVersion = .automatic
 
-    @Option(help: "HTTP/2 streams per connection at most, the server's limit (Fleet Engine: 100); --max-in-flight is spread over ceil(max-in-flight / this) connections, at least one per core.")
+    @Option(help: "HTTP/2 streams one connection carries at most. The server's announced SETTINGS_MAX_CONCURRENT_STREAMS (Fleet Engine: 100) decides below this; the relay opens connections from the streams allowed, at least one per core and at most --max-in-flight.")
     var streamsPerConnection = 100
+
+    @Option(help: "Send an HTTP/2 PING after this long without a frame from Fleet Engine.")
+    var http2PingAfter = DurationArgument(argument: "5s")!
+
+    @Option(help: "Close an HTTP/2 connection as dead when its PING is not answered within this long; its requests fail at once and are retried on a new one.")
+    var http2PingTimeout = DurationArgument(argument: "5s")!
+
+    @Option(help: "Close an HTTP/2 connection that carried no request for this long.")
+    var http2IdleTimeout = DurationArgument(argument: "60s")!
 
     func validate() throws {
         guard maxInFlight >= 1, maxInFlight <= 4096 else { throw ValidationError("--max-in-flight must be from 1 to 4096") }
         guard requestTimeout >= 1 else { throw ValidationError("--request-timeout must be at least 1 second") }
         guard streamsPerConnection >= 1 else { throw ValidationError("--streams-per-connection must be at least 1") }
+        for (flag, value) in [("--http2-ping-after", http2PingAfter), ("--http2-ping-timeout", http2PingTimeout),
+                              ("--http2-idle-timeout", http2IdleTimeout)] where value.duration < .milliseconds(100) {
+            throw ValidationError("\(flag) must be at least 100ms")
+        }
         if let problem = URLText.insecurityReason(fleetEngineURL) {
             throw ValidationError("--fleet-engine-url \(problem)")
         }
@@ -56,7 +70,10 @@ struct FleetEngineOptions: ParsableArguments {
         return FleetEngineClient.Configuration(
             baseURL: fleetEngineURL, provider: provider, locationMode: locationMode,
             requestTimeout: .seconds(requestTimeout), maximumInFlight: maxInFlight,
-            streamsPerConnection: streamsPerConnection, egress: egress)
+            streamsPerConnection: streamsPerConnection,
+            liveness: HTTP2Liveness(pingAfterSilence: TimeAmount(http2PingAfter.duration), pingTimeout: TimeAmount(http2PingTimeout.duration),
+                                    idleTimeout: TimeAmount(http2IdleTimeout.duration)),
+            egress: egress)
     }
 
 }

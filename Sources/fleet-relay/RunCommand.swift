@@ -80,7 +80,7 @@ struct RunCommand: AsyncParsableCommand {
             "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
             "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
             "token_scope": "\(signer.tokenScope.rawValue)", "http_version": "\(fleetEngine.httpVersion.rawValue)",
-            "fleet_engine_connections": "\(client.http2ConnectionCount.map(String.init) ?? "HTTP/1.1, one per request under way")",
+            "fleet_engine_connections": "\(client.http2ConnectionLimit.map { "HTTP/2, as the server's stream limit needs, up to \($0)" } ?? "HTTP/1.1, one per request under way")",
             "kafka_properties": "\(kafkaConfiguration.redacted.filter { $0.key != "bootstrap.servers" })",
         ].merging(setup.logMetadata) { current, _ in current }.merging(EgressOptions.logMetadata(egress)) { current, _ in current })
         let ops: OpsServer

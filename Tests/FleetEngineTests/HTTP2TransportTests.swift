@@ -34,10 +34,20 @@ import Testing
     }
 
     func client(_ served: Served, httpVersion: Egress.HTTPVersion = .automatic, maximumInFlight: Int = 64,
-                requestTimeout: Duration = .seconds(15)) throws -> FleetEngineClient {
+                requestTimeout: Duration = .seconds(15), liveness: HTTP2Liveness = .init()) throws -> FleetEngineClient {
         FleetEngineClient(configuration: .init(
             baseURL: served.url, provider: "emu-project", requestTimeout: requestTimeout, maximumInFlight: maximumInFlight,
-            egress: try Egress.load(caFiles: [served.tls.caFile], httpVersion: httpVersion)))
+            liveness: liveness, egress: try Egress.load(caFiles: [served.tls.caFile], httpVersion: httpVersion)))
+    }
+
+    /// Sends one update per vehicle, all at once; their outcomes.
+    func sendAtOnce(_ client: FleetEngineClient, vehicles: Range<Int>) async -> [FleetEngineOutcome] {
+        await withTaskGroup(of: FleetEngineOutcome.self) { group in
+            for vehicle in vehicles {
+                group.addTask { await client.send(update("veh-\(vehicle)"), token: token("veh-\(vehicle)")).outcome }
+            }
+            return await group.reduce(into: [FleetEngineOutcome]()) { $0.append($1) }
+        }
     }
 
     func token(_ id: String = "veh-1") -> String {
@@ -87,6 +97,75 @@ import Testing
             #expect(served.emulator.vehicles.count == 40)
             // Beyond the stream limit requests wait for streams: no connections beyond the pool's.
             #expect(served.emulator.transportStatistics?.connections == client.http2ConnectionCount)
+        }
+    }
+
+    /// A server announcing 8 streams gets 64 requests on 8 connections, not 64 on the two
+    /// connections a limit of 100 would need, with 48 of them waiting for a stream.
+    @Test func theServersStreamLimitDecidesHowManyConnectionsOpen() async throws {
+        try await withHTTPSEmulator(http2: .init(maximumConcurrentStreams: 8)) { served in
+            let client = try client(served, maximumInFlight: 64)
+            #expect(await client.send(update("veh-first"), token: token("veh-first")).outcome == .accepted, "learns the limit")
+            served.emulator.faultPlan.updateLatency = .milliseconds(500)
+            let outcomes = await sendAtOnce(client, vehicles: 0..<64)
+            #expect(outcomes.allSatisfy { $0 == .accepted }, "\(outcomes.filter { $0 != .accepted })")
+            let transport = try #require(served.emulator.transportStatistics)
+            #expect(transport.mostOpenStreams <= 8)
+            #expect(transport.connections == 8, "64 requests over streams of 8: \(transport.connections) connections")
+            #expect(client.http2ConnectionCount == transport.connections)
+            await client.shutdown()
+        }
+    }
+
+    /// The server announces 100 streams, then after each connection's first request lowers its
+    /// limit to 2: the pool follows the new SETTINGS and spreads the requests over more connections.
+    @Test func aStreamLimitLoweredMidConnectionIsFollowed() async throws {
+        try await withHTTPSEmulator(http2: .init(maximumConcurrentStreams: 100, streamLimitChange: (afterRequests: 1, limit: 2))) { served in
+            let client = try client(served, maximumInFlight: 16)
+            // The new SETTINGS precede the answer on the connection: known once it is read.
+            #expect(await client.send(update("veh-first"), token: token("veh-first")).outcome == .accepted)
+            served.emulator.faultPlan.updateLatency = .milliseconds(500)
+            let outcomes = await sendAtOnce(client, vehicles: 0..<16)
+            #expect(outcomes.allSatisfy { $0 == .accepted }, "\(outcomes.filter { $0 != .accepted })")
+            let transport = try #require(served.emulator.transportStatistics)
+            #expect(transport.connections == 8, "16 requests over streams of 2: \(transport.connections) connections")
+            await client.shutdown()
+        }
+    }
+
+    /// A path that drops the connection without a word: the request on it fails once the PING
+    /// goes unanswered, long before its 60 s timeout, and the next one takes a new connection.
+    @Test func aConnectionThatGoesSilentIsClosedWhenItsPingIsNotAnswered() async throws {
+        try await withHTTPSEmulator { served in
+            let liveness = HTTP2Liveness(pingAfterSilence: .milliseconds(300), pingTimeout: .milliseconds(700), idleTimeout: .seconds(60))
+            let client = try client(served, maximumInFlight: 1, requestTimeout: .seconds(60), liveness: liveness)
+            #expect(await client.send(update(), token: token()).outcome == .accepted)
+            served.emulator.path.silenceOpenConnections()
+            let started = ContinuousClock.now
+            let lost = await client.send(update(at: 1_795_381_201_000), token: token())
+            let waited = ContinuousClock.now - started
+            #expect(lost.outcome == .transient(cause: "connection", retryAfterSeconds: nil), "\(lost.message)")
+            #expect(lost.message.contains("PING"), "\(lost.message)")
+            #expect(waited < .seconds(20), "ended by the unanswered PING (about 1 s), not the request timeout: \(waited)")
+
+            #expect(await client.send(update(at: 1_795_381_202_000), token: token()).outcome == .accepted)
+            await client.shutdown()
+            #expect(served.emulator.transportStatistics?.connections == 2, "the next request on a new connection")
+            #expect(served.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "veh-1"))?.locationTimeMilliseconds == 1_795_381_202_000)
+        }
+    }
+
+    /// Answered PINGs keep nothing alive past the idle timeout: the connection closes, and the
+    /// next request opens a new one.
+    @Test func aConnectionIdlePastItsLimitIsClosed() async throws {
+        try await withHTTPSEmulator { served in
+            let liveness = HTTP2Liveness(pingAfterSilence: .milliseconds(100), pingTimeout: .seconds(5), idleTimeout: .seconds(1))
+            let client = try client(served, maximumInFlight: 1, liveness: liveness)
+            #expect(await client.send(update(), token: token()).outcome == .accepted)
+            try await eventually("the idle connection was closed") { served.emulator.transportStatistics?.connectionsClosed == 1 }
+            #expect(await client.send(update(at: 1_795_381_201_000), token: token()).outcome == .accepted)
+            #expect(served.emulator.transportStatistics?.connections == 2)
+            await client.shutdown()
         }
     }
 

@@ -11,14 +11,33 @@ extension EgressConnection where Handler == HTTP2StreamsHandler {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in
             guard negotiated == "h2" else { throw ExchangeError.http2NotNegotiated(negotiated) }
             let state = ConnectionState()
-            let handler = HTTP2StreamsHandler(authority: origin.authority, requestTimeout: origin.requestTimeout, state: state)
+            let handler = HTTP2StreamsHandler(authority: origin.authority, requestTimeout: origin.requestTimeout,
+                                              liveness: origin.liveness, state: state)
             let pipeline = channel.pipeline.syncOperations
-            // Header validation would check every header the relay itself composes; the
-            // answers' headers are read for :status and retry-after only.
+            // Header validation checks what the server sends (RFC 9113 §8.2: lower-case names, no
+            // connection-specific fields, pseudo-headers first), and the relay's own few headers too.
             try pipeline.addHandler(NIOHTTP2Handler(mode: .client, initialSettings: HTTP2StreamsHandler.initialSettings,
-                                                    headerBlockValidation: .disabled))
+                                                    headerBlockValidation: .enabled))
             try pipeline.addHandler(handler)
             return HTTP2Connection(channel: channel, handler: handler, state: state)
         }
+    }
+}
+
+/// How an HTTP/2 connection tells a live server from a dead path, and when it is no longer
+/// worth keeping: after `pingAfterSilence` without a frame from the server it sends a PING;
+/// without the answer within `pingTimeout` the connection is closed as dead and its streams
+/// fail at once, instead of each waiting for its request timeout. A connection without a
+/// stream for `idleTimeout` is closed.
+public struct HTTP2Liveness: Sendable {
+    public var pingAfterSilence: TimeAmount
+    public var pingTimeout: TimeAmount
+    public var idleTimeout: TimeAmount
+
+    public init(pingAfterSilence: TimeAmount = .seconds(5), pingTimeout: TimeAmount = .seconds(5),
+                idleTimeout: TimeAmount = .seconds(60)) {
+        self.pingAfterSilence = pingAfterSilence
+        self.pingTimeout = pingTimeout
+        self.idleTimeout = idleTimeout
     }
 }

@@ -7,6 +7,12 @@ import NIOHTTP2
 /// together, and the writes of everything started in one event-loop turn go out in one
 /// flush. No per-stream channel or pipeline is built; a request is a dictionary entry.
 ///
+/// It follows the server: the stream limit of its SETTINGS goes to the pool (which opens
+/// connections from the streams actually allowed) whenever the server announces it, and
+/// `NIOHTTP2Handler` holds streams beyond it until one ends. It watches the connection: a
+/// silent server is sent a PING, and a connection whose PING goes unanswered, or that carried
+/// no stream for the idle timeout, is closed (`HTTP2Liveness`).
+///
 /// Everything here runs on the connection's event loop.
 final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     typealias InboundIn = HTTP2Frame
@@ -25,6 +31,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     private let authority: String
     private let requestTimeout: TimeAmount
+    private let liveness: HTTP2Liveness
     private let state: ConnectionState
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: Exchange] = [:]
@@ -37,10 +44,18 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     /// requests keeps this sorted, so one timer at the head serves every stream.
     private var deadlines = CircularBuffer<(stream: HTTP2StreamID, deadline: NIODeadline)>(initialCapacity: 64)
     private var deadlineTimer: Scheduled<Void>?
+    /// When the server last sent a frame, and when the last stream ended (or the connection began).
+    private var lastHeard = NIODeadline.now()
+    private var idleSince: NIODeadline? = .now()
+    /// The timer that closes the connection unless the server answers the PING sent.
+    private var pingAwaited: Scheduled<Void>?
+    private var pingsSent: UInt64 = 0
+    private var livenessTimer: Scheduled<Void>?
 
-    init(authority: String, requestTimeout: TimeAmount, state: ConnectionState) {
+    init(authority: String, requestTimeout: TimeAmount, liveness: HTTP2Liveness, state: ConnectionState) {
         self.authority = authority
         self.requestTimeout = requestTimeout
+        self.liveness = liveness
         self.state = state
     }
 
@@ -51,9 +66,11 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         let raise = HTTP2Frame(streamID: .rootStream,
                                payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - Self.defaultConnectionWindow))
         context.writeAndFlush(wrapOutboundOut(raise), promise: nil)
+        armLivenessTimer(at: .now() + min(liveness.pingAfterSilence, liveness.idleTimeout), on: context.eventLoop)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        stopWatching()
         self.context = nil
     }
 
@@ -75,6 +92,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         exchange.completion = completion
         exchange.streamID = streamID
         streams[streamID] = exchange
+        idleSince = nil
         trackDeadline(of: streamID, on: context.eventLoop)
 
         let written = context.eventLoop.makePromise(of: Void.self)
@@ -133,6 +151,12 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        // Any frame shows the path alive, the answer to a PING or not.
+        lastHeard = .now()
+        if let awaited = pingAwaited {
+            awaited.cancel()
+            pingAwaited = nil
+        }
         switch frame.payload {
         case .headers(let headers):
             received(headers, on: frame.streamID)
@@ -145,6 +169,11 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             // (StreamClosedEvent below); the others are answered before the server closes.
             stopAcceptingStreams()
             closeIfDrained(context: context)
+        case .settings(.settings(let settings)):
+            // Announced at the start and whenever the server changes its mind.
+            if let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }) {
+                state.announceStreamLimit(limit.value)
+            }
         default:
             break
         }
@@ -209,6 +238,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         stopAcceptingStreams()
+        stopWatching()
         deadlineTimer?.cancel()
         deadlineTimer = nil
         let error = closeError ?? ExchangeError.connectionClosed
@@ -222,13 +252,18 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     private func answer(_ streamID: HTTP2StreamID) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
         stream.completion?.resume(with: Result { try stream.response() })
-        if let context { closeIfDrained(context: context) }
+        streamEnded()
     }
 
     /// Completes a stream with why it has no answer; a stream already completed stays so.
     private func fail(_ streamID: HTTP2StreamID, _ error: any Error) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
         stream.completion?.resume(throwing: error)
+        streamEnded()
+    }
+
+    private func streamEnded() {
+        if streams.isEmpty { idleSince = .now() }
         if let context { closeIfDrained(context: context) }
     }
 
@@ -274,5 +309,56 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             if let context { reset(head.stream, context: context) }
         }
         armDeadlineTimer(on: eventLoop)
+    }
+
+    // MARK: Liveness
+
+    /// One timer serves both watches: it fires when the server has been silent for
+    /// `pingAfterSilence` (then a PING goes out) or the connection idle for `idleTimeout`,
+    /// whichever comes first, and re-arms itself from what happened meanwhile.
+    private func armLivenessTimer(at deadline: NIODeadline, on eventLoop: any EventLoop) {
+        livenessTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            livenessTimer = nil
+            checkLiveness(on: eventLoop)
+        }
+    }
+
+    private func checkLiveness(on eventLoop: any EventLoop) {
+        guard let context, context.channel.isActive else { return }
+        let now = NIODeadline.now()
+        if let idleSince, now - idleSince >= liveness.idleTimeout {
+            stopAcceptingStreams()
+            context.close(promise: nil)
+            return
+        }
+        if pingAwaited == nil, now - lastHeard >= liveness.pingAfterSilence { sendPing(context: context) }
+        var next = (pingAwaited == nil ? lastHeard : now) + liveness.pingAfterSilence
+        if let idleSince { next = min(next, idleSince + liveness.idleTimeout) }
+        armLivenessTimer(at: max(next, now + .milliseconds(1)), on: eventLoop)
+    }
+
+    private func sendPing(context: ChannelHandlerContext) {
+        pingsSent += 1
+        pingAwaited = context.eventLoop.assumeIsolated().scheduleTask(in: liveness.pingTimeout) { [self] in
+            pingAwaited = nil
+            closeAsDead()
+        }
+        let data = HTTP2PingData(withInteger: pingsSent)
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(data, ack: false))), promise: nil)
+        scheduleFlush(on: context)
+    }
+
+    /// The server did not answer the PING: its streams fail now, as a closed connection's do.
+    private func closeAsDead() {
+        closeError = closeError ?? ExchangeError.unresponsive(liveness.pingTimeout)
+        stopAcceptingStreams()
+        context?.close(promise: nil)
+    }
+
+    private func stopWatching() {
+        livenessTimer?.cancel()
+        livenessTimer = nil
+        pingAwaited?.cancel()
+        pingAwaited = nil
     }
 }

@@ -27,6 +27,9 @@ final class EgressConnection<Handler: ExchangeHandler>: Sendable {
     /// an HTTP/1.1 answer that ended the connection).
     var isUsable: Bool { state.isUsable }
 
+    /// HTTP/2: the server's stream limit as last announced; nil before its first SETTINGS.
+    var streamLimit: Int? { state.streamLimit }
+
     /// Whether the caller runs on this connection's event loop.
     var isLocal: Bool { channel.eventLoop.inEventLoop }
 

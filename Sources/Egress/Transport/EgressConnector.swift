@@ -15,6 +15,8 @@ struct EgressOrigin: Sendable {
     let proxy: EgressProxy.Server?
     let connectTimeout: TimeAmount
     let requestTimeout: TimeAmount
+    /// HTTP/2 only.
+    var liveness = HTTP2Liveness()
 
     /// `host[:port]` as `:authority` and `Host` name it.
     var authority: String {

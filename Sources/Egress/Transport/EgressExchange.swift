@@ -46,6 +46,9 @@ public enum ExchangeError: Error, CustomStringConvertible, Sendable {
     case connectionClosed
     /// No answer within the request timeout; the stream was reset.
     case timedOut(TimeAmount)
+    /// The server went silent and did not answer a PING within this time: the connection
+    /// was closed as dead (a NAT or load balancer that dropped it without a word).
+    case unresponsive(TimeAmount)
     /// TCP, the proxy tunnel and the TLS handshake together took longer than the connect timeout.
     case connectTimedOut(TimeAmount)
     /// TLS did not negotiate `h2` (ALPN); the server named this protocol instead.
@@ -72,6 +75,7 @@ public enum ExchangeError: Error, CustomStringConvertible, Sendable {
         case .notSent: "the connection was closing before the request was sent"
         case .connectionClosed: "the connection closed before the answer arrived"
         case .timedOut(let timeout): "no answer within \(timeout.nanoseconds / 1_000_000) ms"
+        case .unresponsive(let timeout): "the connection went silent and did not answer a PING within \(timeout.nanoseconds / 1_000_000) ms"
         case .connectTimedOut(let timeout): "no connection (TCP, proxy tunnel, TLS) within \(timeout.nanoseconds / 1_000_000) ms"
         case .http2NotNegotiated(let named):
             "TLS did not negotiate HTTP/2 (ALPN answered \(named.map { "\"\($0)\"" } ?? "nothing"))"
