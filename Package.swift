@@ -108,7 +108,11 @@ let package = Package(
         ),
         .target(
             name: "FleetEngineEmulator",
-            dependencies: ["CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing"]
+            dependencies: [
+                "CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            ]
         ),
         // Record decoders: the native event, mappings and the built-in formats.
         .target(

@@ -2,7 +2,7 @@ import CRSAShim
 
 /// An RSA key in the system's libcrypto, for RS256 signing and verification.
 /// Immutable after creation and safe to share across threads.
-public final class RSAKey: @unchecked Sendable {
+public final class RSAKey: @unchecked Sendable {  // an immutable EVP_PKEY; libcrypto allows concurrent use
     private let key: OpaquePointer
 
     /// Parses a PEM private key (PKCS#8 or PKCS#1). The PEM text is not retained.

@@ -148,14 +148,8 @@ public final class FleetEngineEmulator: EmulatedService {
 
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
     @discardableResult
-    public func start(host: String = "127.0.0.1", port: Int = 0, options: HTTPServer.Options = .init()) async throws -> String {
-        var options = options
-        let earlier = options.prepareConnection
-        options.prepareConnection = { [path] channel in
-            try earlier?(channel)
-            try path.prepare(channel)
-        }
-        let server = try await EmulatorHost.start([self], host: host, port: port, options: options)
+    public func start(host: String = "127.0.0.1", port: Int = 0, options: EmulatorOptions = .init()) async throws -> String {
+        let server = try await EmulatorHost.start([self], host: host, port: port, options: options, path: path)
         self.server.withLock { $0 = server }
         return server.baseURL
     }

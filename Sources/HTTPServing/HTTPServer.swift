@@ -15,16 +15,20 @@ public final class HTTPServer: Sendable {
     public struct Options: Sendable {
         /// Serve HTTPS with this certificate; nil serves plain HTTP/1.1.
         public var tls: ServerTLS?
-        /// Faults of the HTTP/2 connection layer (HTTPS only).
-        public var http2: HTTP2ServerBehaviour
+        /// SETTINGS_MAX_CONCURRENT_STREAMS announced to HTTP/2 clients (Google's front ends say 100).
+        public var maximumConcurrentStreams: Int
+        /// Makes the observer of each HTTP/2 connection's streams (the emulator's faults).
+        public var observeHTTP2Connection: (@Sendable (any Channel, HTTPServerStatistics) -> any HTTP2ConnectionObserver)?
         /// Adds handlers at the network end of every accepted connection, before TLS (the
         /// emulator's network faults, such as a path that goes silent).
         public var prepareConnection: (@Sendable (any Channel) throws -> Void)?
 
-        public init(tls: ServerTLS? = nil, http2: HTTP2ServerBehaviour = .init(),
+        public init(tls: ServerTLS? = nil, maximumConcurrentStreams: Int = 100,
+                    observeHTTP2Connection: (@Sendable (any Channel, HTTPServerStatistics) -> any HTTP2ConnectionObserver)? = nil,
                     prepareConnection: (@Sendable (any Channel) throws -> Void)? = nil) {
             self.tls = tls
-            self.http2 = http2
+            self.maximumConcurrentStreams = maximumConcurrentStreams
+            self.observeHTTP2Connection = observeHTTP2Connection
             self.prepareConnection = prepareConnection
         }
     }
@@ -48,7 +52,7 @@ public final class HTTPServer: Sendable {
                              responder: @escaping HTTPResponder) async throws -> HTTPServer {
         let statistics = HTTPServerStatistics()
         let sslContext = try options.tls.map { try NIOSSLContext(configuration: $0.configuration) }
-        let http2 = options.http2
+        let (streams, observe) = (options.maximumConcurrentStreams, options.observeHTTP2Connection)
         let prepareConnection = options.prepareConnection
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
@@ -72,7 +76,8 @@ public final class HTTPServer: Sendable {
                 }.flatMap {
                     channel.configureHTTP2SecureUpgrade(
                         h2ChannelConfigurator: { connection in
-                            configureHTTP2(connection, behaviour: http2, responder: responder, statistics: statistics)
+                            configureHTTP2(connection, maximumConcurrentStreams: streams, observer: observe?(connection, statistics),
+                                           responder: responder, statistics: statistics)
                         },
                         http1ChannelConfigurator: { connection in
                             connection.eventLoop.makeCompletedFuture {
@@ -99,22 +104,21 @@ public final class HTTPServer: Sendable {
             RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http1))
     }
 
-    private static func configureHTTP2(_ connection: any Channel, behaviour: HTTP2ServerBehaviour,
-                                       responder: @escaping HTTPResponder,
+    private static func configureHTTP2(_ connection: any Channel, maximumConcurrentStreams: Int,
+                                       observer: (any HTTP2ConnectionObserver)?, responder: @escaping HTTPResponder,
                                        statistics: HTTPServerStatistics) -> EventLoopFuture<Void> {
         var configuration = NIOHTTP2Handler.ConnectionConfiguration()
         configuration.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: behaviour.maximumConcurrentStreams),
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: maximumConcurrentStreams),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
         ]
-        let faults = HTTP2ConnectionFaults(behaviour: behaviour, connection: connection, statistics: statistics)
         return connection.configureHTTP2Pipeline(
             mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()
         ) { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
                 try stream.pipeline.syncOperations.addHandler(
-                    RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http2(faults)))
+                    RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http2(observer)))
             }
         }.map { _ in }
     }

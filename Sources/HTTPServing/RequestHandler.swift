@@ -5,7 +5,7 @@ import NIOHTTP2
 /// Which protocol a request handler serves: an HTTP/1.1 connection, or one HTTP/2 stream.
 enum ServedProtocol {
     case http1
-    case http2(HTTP2ConnectionFaults)
+    case http2((any HTTP2ConnectionObserver)?)
 
     /// HTTP/1.1 decides keep-alive per request and says so in a `Connection` header;
     /// HTTP/2 forbids that header and a stream always ends with its response.
@@ -33,14 +33,14 @@ final class RequestHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if case .http2(let faults) = servedProtocol {
-            faults.streamOpened(try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID))
+        if case .http2(let observer?) = servedProtocol {
+            observer.streamOpened(try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID))
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.close()
-        if case .http2(let faults) = servedProtocol { faults.streamClosed() }
+        if case .http2(let observer?) = servedProtocol { observer.streamClosed() }
         context.fireChannelInactive()
     }
 
@@ -62,14 +62,13 @@ final class RequestHandler: ChannelInboundHandler {
             switch servedProtocol {
             case .http1:
                 statistics.count(\.http1Requests)
-            case .http2(let faults):
+            case .http2(let observer):
                 statistics.count(\.http2Requests)
-                if faults.resetsThisRequest() {
+                if observer?.requestArrived() == .reset {
                     // Closing a stream channel sends RST_STREAM; the request is not applied.
                     context.close(promise: nil)
                     return
                 }
-                faults.requestArrived()
             }
             respond(to: head, context: context)
         }
@@ -86,6 +85,10 @@ final class RequestHandler: ChannelInboundHandler {
         } else {
             let request = Self.request(from: head, body: body, connection: connection)
             let responder = self.responder
+            // One task per request bridges the event loop to the async responder. It is not
+            // cancelled when the client goes away: a real server may still apply an update whose
+            // client left, and the emulator shows that (responders that care watch
+            // `request.connection`). Each task ends with its responder, which has no unbounded wait.
             promise.completeWithTask { await responder(request) }
         }
         body = []
@@ -126,63 +129,16 @@ final class RequestHandler: ChannelInboundHandler {
     }
 }
 
-/// The HTTP/2 faults of one connection. Every stream of a connection runs on the
-/// connection's event loop, and this state is only touched there.
-final class HTTP2ConnectionFaults: @unchecked Sendable {
-    private let behaviour: HTTP2ServerBehaviour
-    private let connection: any Channel
-    private let statistics: HTTPServerStatistics
-    private var requests = 0
-    private var openStreams = 0
-    private var highestStreamID = HTTP2StreamID.rootStream
-    private var goingAway = false
-    private var closeScheduled = false
+/// Watches the streams of one HTTP/2 connection, on its event loop: what a server that
+/// injects connection faults (the emulator) hooks into. Nothing in production sets one.
+public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
+    func streamOpened(_ id: HTTP2StreamID?)
+    func streamClosed()
+    /// A request arrived whole on a stream: answer it, or reset the stream instead.
+    func requestArrived() -> HTTP2RequestFate
+}
 
-    init(behaviour: HTTP2ServerBehaviour, connection: any Channel, statistics: HTTPServerStatistics) {
-        self.behaviour = behaviour
-        self.connection = connection
-        self.statistics = statistics
-    }
-
-    func streamOpened(_ id: HTTP2StreamID?) {
-        connection.eventLoop.preconditionInEventLoop()
-        openStreams += 1
-        statistics.noteOpenStreams(openStreams)
-        if let id, id > highestStreamID { highestStreamID = id }
-    }
-
-    /// Once the last stream before the GOAWAY finished, the connection closes after a grace
-    /// period (unless the client closed it first), as a front end does: closing at once would
-    /// reset the TCP connection under streams the client sent meanwhile, and the client would
-    /// lose the GOAWAY and the last answers with them.
-    func streamClosed() {
-        openStreams -= 1
-        guard goingAway, openStreams == 0, !closeScheduled else { return }
-        closeScheduled = true
-        let connection = connection
-        connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }
-    }
-
-    func resetsThisRequest() -> Bool {
-        guard behaviour.resetShare > 0, Double.random(in: 0..<1) < behaviour.resetShare else { return false }
-        statistics.count(\.streamsReset)
-        return true
-    }
-
-    /// Every `goAwayEveryRequests`th request drains the connection: streams opened so far
-    /// are answered, the client must open a new connection for anything after.
-    func requestArrived() {
-        requests += 1
-        if let change = behaviour.streamLimitChange, requests == change.afterRequests {
-            let settings = HTTP2Frame(streamID: .rootStream,
-                                      payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: change.limit)])))
-            connection.writeAndFlush(settings, promise: nil)
-        }
-        guard let every = behaviour.goAwayEveryRequests, requests % every == 0, !goingAway else { return }
-        goingAway = true
-        statistics.count(\.goAwaysSent)
-        let frame = HTTP2Frame(streamID: .rootStream,
-                               payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: nil))
-        connection.writeAndFlush(frame, promise: nil)
-    }
+public enum HTTP2RequestFate: Sendable {
+    case answer
+    case reset
 }

@@ -236,7 +236,7 @@ struct PauseControl {
 /// The consumer's callback state. Every member but `logger`, `control` and the atomics is
 /// touched only on the poll thread.
 final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDKafkaStatisticsHandling,
-    @unchecked Sendable {
+    @unchecked Sendable {  // poll-thread state, as said above; the rest is immutable or atomic
     let intake: ConsumerIntake
     let source: KafkaRecordChunks.Source
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
@@ -369,7 +369,7 @@ public struct KafkaRecordChunks: AsyncSequence, Sendable {
 /// Whether the reader wants more chunks, as the hand-over's back-pressure says. The poll thread
 /// waits on it while the reader is behind, woken by the reader asking for more (or by a stop),
 /// never by a timer; a poll waiting in librdkafka is woken too, so paused partitions resume.
-final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendable {
+final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendable {  // guarded by `condition`
     // `wanted`, `demands` and `woken` are guarded by `condition`; `wakePoll` is set once, before polling starts.
     private let condition = NSCondition()
     private var wanted = true

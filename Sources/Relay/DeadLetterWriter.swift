@@ -1,5 +1,6 @@
 import Kafka
 import Logging
+import Synchronization
 
 /// Writes rejected records to the dead-letter topic, value and key unchanged,
 /// with the fleet-relay-error, -detail and -source headers. A record counts as
@@ -9,8 +10,16 @@ import Logging
 /// record too large) is logged once with its reason and turns readiness off
 /// naming the topic, until a write succeeds.
 ///
+/// Letters are first sent in the order submitted, at most `maximumInFlight` at once: while that many
+/// wait for the broker (or for their retry), the rest wait in the queue, uncommitted, and the
+/// pipeline's bound on unfinished records pauses fetching. A refusing topic therefore holds a
+/// fixed number of tasks, not one per rejected record.
+///
 /// Threading: `submit` may be called from any task; `run` drives the writes and owns the producer's run.
 public final class DeadLetterWriter: Sendable {
+    /// Enough to keep a broker's produce pipeline full; librdkafka batches them.
+    public static let maximumInFlight = 32
+
     public let topic: String
     private let producer: KafkaProducer
     private let retryPolicy: RetryPolicy
@@ -19,6 +28,14 @@ public final class DeadLetterWriter: Sendable {
     private let logger: Logger
     private let letters: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>
     private let intake: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>.Continuation
+    private let submitted = Atomic(0)
+    private let started = Atomic(0)
+    private let ended = Atomic(0)
+
+    /// Letters being written or waiting to be retried now; at most `maximumInFlight`.
+    public var lettersInFlight: Int { started.load(ordering: .relaxed) - ended.load(ordering: .relaxed) }
+    /// Letters submitted and not yet started.
+    public var lettersQueued: Int { submitted.load(ordering: .relaxed) - started.load(ordering: .relaxed) }
 
     public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter,
                 health: RelayHealth, logger: Logger) {
@@ -33,6 +50,7 @@ public final class DeadLetterWriter: Sendable {
 
     /// Queues a letter; `written` runs once the broker has it.
     public func submit(_ order: DeadLetterOrder, written: @escaping @Sendable () -> Void) {
+        submitted.add(1, ordering: .relaxed)
         intake.yield((order, written))
     }
 
@@ -45,10 +63,18 @@ public final class DeadLetterWriter: Sendable {
     /// written (or cancelled); then flushes and stops the producer.
     public func run() async {
         try? await producer.whileRunning(flushTimeout: .seconds(10)) {
-            await withDiscardingTaskGroup { group in
+            await withTaskGroup(of: Void.self) { group in
+                var inFlight = 0
                 for await (letter, written) in letters {
+                    if inFlight == Self.maximumInFlight {
+                        await group.next()
+                        inFlight -= 1
+                    }
+                    inFlight += 1
+                    started.add(1, ordering: .relaxed)
                     group.addTask {
                         if await self.write(letter) { written() }
+                        self.ended.add(1, ordering: .relaxed)
                     }
                 }
             }

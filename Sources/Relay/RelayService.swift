@@ -14,24 +14,26 @@ import Synchronization
 ///
 /// Guarantee: an offset is committed only when every record at or below it was
 /// accepted by Fleet Engine, dead-lettered, or superseded by a newer accepted fix.
-/// The decisions are `PipelineState`'s; this type runs the tasks around it and
-/// carries out what it asks for: requests, dead letters, pauses, commits.
+/// The decisions are `PipelineState`'s, carried out by `PipelineDriver` (requests, dead
+/// letters, deadlines); this type runs the consumer and the tasks around them, and the
+/// drain on shutdown. Rebalances: `RelayService+Rebalance.swift`; decoding: `RecordIntake`;
+/// computed gauges: `RelayGauges`.
 public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
     public let statistics = RelayStatistics()
     public let health: RelayHealth
     private let tokens: TokenCache
-    private let logLimiter = LogLimiter()
-    private let driver: PipelineDriver
-    private var pipeline: Pipeline { driver.pipeline }
-    private let decoder: any RecordDecoder
-    private let logger: Logger
-    private let consumerState = Mutex<KafkaConsumer?>(nil)
-    private let gauges = RelayGauges()
+    let logLimiter = LogLimiter()
+    let driver: PipelineDriver
+    var pipeline: Pipeline { driver.pipeline }
+    private let intake: RecordIntake
+    let logger: Logger
+    let consumerState = Mutex<KafkaConsumer?>(nil)
+    let gauges = RelayGauges()
     /// Set when shutdown begins: fetching stays paused from then on.
     private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
-    private let drained = Atomic<Bool>(false)
+    let drained = Atomic<Bool>(false)
 
     /// `releaseFreedMemory` runs once each time a burst of unfinished records (a cold start, a
     /// backlog) has drained, on the thread that finished it.
@@ -41,7 +43,7 @@ public final class RelayService: Service, Sendable {
         self.logger = logger
         self.tokens = tokens
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
-        self.decoder = configuration.makeDecoder()
+        self.intake = RecordIntake(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
         var limits = PipelineLimits(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
@@ -136,115 +138,14 @@ public final class RelayService: Service, Sendable {
         logSummary()
     }
 
-    private func makeConsumer() throws(KafkaError) -> KafkaConsumer {
-        var kafka = configuration.kafka
-        kafka["group.id"] = configuration.group
-        let (statistics, logger) = (self.statistics, self.logger)
-        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { [self] event in
-            switch event {
-            case .assigned(let partitions, let generation):
-                gauges.track(partitions)
-                driver.assign(partitions, generation: generation)
-                health.recordJoinedGroup()
-                return []
-            case .revoked(let partitions, let lost):
-                if lost { health.recordMembershipLost() }
-                pipeline.update { $0.beginRevoke(partitions) }
-                if !lost {
-                    commitWhatFinished(revoking: partitions)
-                    waitForWorkUnderWay(in: partitions)
-                }
-                var finalOffsets: [TopicPartitionOffset] = []
-                driver.carryOut(pipeline.handle { state in
-                    let revoked = state.finishRevoke(partitions)
-                    finalOffsets = revoked.offsets
-                    return revoked.actions
-                })
-                gauges.untrack(partitions)
-                return finalOffsets
-            }
-        } committedOnRevoke: { offsets in
-            statistics.commits.add(1, ordering: .relaxed)
-            logger.info("Committed before revoke: \(offsets.map(\.description).joined(separator: ", "))")
-        } consumeError: { [self] error in
-            noteConsumeError(error)
-        } statistics: { [gauges] figures in
-            gauges.record(figures)
-        }
-    }
-
-    /// Runs on the poll thread inside the revoke callback, before it waits for the work under
-    /// way: what finished is committed now, so that a wait long enough to get this member
-    /// dropped from the group (its final commit then refused) costs the next owner only the
-    /// records that were under way.
-    private func commitWhatFinished(revoking partitions: [TopicPartition]) {
-        let offsets = pipeline.read { $0.offsetsToCommit(revoking: partitions) }
-        guard !offsets.isEmpty, let consumer = consumerState.withLock({ $0 }) else { return }
-        if let failure = consumer.commitDuringRevoke(offsets) {
-            logger.warning("Commit at the start of a revoke failed (\(failure)); committing again once the work under way ended")
-        } else {
-            pipeline.update { $0.committedDuringRevoke(offsets) }
-            statistics.commits.add(1, ordering: .relaxed)
-        }
-    }
-
-    /// Runs on the poll thread inside the revoke callback, after new work on the partitions
-    /// stopped: waits until the requests under way on them were answered (or timed out) and
-    /// dead-letter writes under way finished, up to `revokeDrainTimeout`, so that what finished
-    /// is committed before another member takes over and no request of this member can land
-    /// after the next owner's. Nothing is cancelled: a cancelled update may still be applied by
-    /// Fleet Engine, after the next owner's newer fix. Queued records stay uncommitted for it.
-    private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
-        guard !drained.load(ordering: .relaxed) else { return }
-        let left = pipeline.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
-        if left > 0, !drained.load(ordering: .relaxed) {
-            logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
-        }
-    }
-
-    /// Reads records until graceful shutdown, decodes them, and hands each chunk to the
-    /// pipeline in one step; bad records come back as dead-letter orders.
+    /// Reads records until graceful shutdown and hands each chunk, decoded, to the pipeline in one step.
     private func ingest(_ consumer: KafkaConsumer) async {
         for await chunk in consumer.records.cancelOnGracefulShutdown() {
             health.recordRecordsConsumed()
-            let inputs = chunk.map(InputRecord.init)
             // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
-            do {
-                try await decoder.prepare(inputs) { noteRegistryUnavailable($0) }
-            } catch {
-                break
-            }
-            let records = zip(chunk, inputs).map { record, input -> ConsumedRecord in
-                let source = RecordSource(record)
-                switch decoder.decode(input) {
-                case .update(let update): return .fix(PendingFix(update: update, source: source))
-                case .rejected(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
-                case .skipped(let rule): return noteSkipped(source, rule: rule)
-                }
-            }
+            guard let records = try? await intake.decode(chunk) else { break }
             driver.consume(records)
         }
-    }
-
-    /// Kafka answered an error instead of records: counted, reflected in readiness, and logged
-    /// at most a few times per interval (it can repeat on every poll).
-    private func noteConsumeError(_ error: String) {
-        statistics.recordConsumeError(error)
-        health.recordConsumeError(error)
-        logLimiter.warning("consume error", to: logger, "Kafka consume error: \(error)")
-    }
-
-    private func noteRegistryUnavailable(_ problem: SchemaRegistryUnavailable) {
-        statistics.schemaRegistryErrors.increment()
-        logLimiter.warning("schema registry", to: logger, "\(problem); records wait and are retried")
-    }
-
-    /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.
-    private func noteSkipped(_ source: RecordSource, rule: String) -> ConsumedRecord {
-        if logLimiter.allow("skipped: " + rule).allowed {
-            logger.info("Skipping \(source.description): \(rule) (the input mapping's skip rule; committed, not sent)")
-        }
-        return .skipped(source)
     }
 
     /// The gauges computed from the relay's state rather than kept up to date by each event:

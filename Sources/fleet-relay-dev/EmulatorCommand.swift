@@ -131,7 +131,7 @@ struct EmulatorCommand: AsyncParsableCommand {
                                    rejectedVehicles: Set(rejectedVehicles), unavailableVehicles: Set(failedVehicles),
                                    updateLatency: .milliseconds(updateLatencyMs), appliesAbandonedUpdates: applyAbandonedUpdates,
                                    quotaPerSecond: quotaRps)
-        let options = HTTPServer.Options(
+        let options = EmulatorOptions(
             tls: try serverTLS(logger: logger).map { noHttp2 ? $0.withoutHTTP2() : $0 },
             http2: .init(maximumConcurrentStreams: maxConcurrentStreams, goAwayEveryRequests: goawayEvery, resetShare: resetRate))
         let server: HTTPServer
@@ -139,7 +139,7 @@ struct EmulatorCommand: AsyncParsableCommand {
             server = try await EmulatorHost.start(
                 [emulator, TokenServiceEmulator(key: key), GoogleAuthEmulator(signingKey: key),
                  SchemaRegistryEmulator(requiredCredentials: schemaRegistryCredentials)], host: host, port: port,
-                options: options)
+                options: options, path: emulator.path)
         } catch {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }

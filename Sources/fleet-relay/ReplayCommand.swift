@@ -249,7 +249,7 @@ struct ReplayCommand: AsyncParsableCommand {
 
 /// The first SIGINT or SIGTERM interrupts the replay gracefully (in-flight requests
 /// end, the checkpoint is saved); a second one exits at once.
-final class InterruptSignals: @unchecked Sendable {
+final class InterruptSignals: @unchecked Sendable {  // dispatch sources are thread-safe and never reassigned
     /// Immutable after init; only cancelled in deinit.
     private let sources: [any DispatchSourceSignal]
     private final class FirstSignal: Sendable {

@@ -5,7 +5,7 @@ import Synchronization
 
 /// The first SIGTERM or SIGINT starts a graceful shutdown (ServiceLifecycle's
 /// part); a second one means the operator will not wait: exit at once.
-final class SecondSignalExit: @unchecked Sendable {
+final class SecondSignalExit: @unchecked Sendable {  // dispatch sources are thread-safe and never reassigned
     /// Immutable after init; only cancelled in deinit.
     private let sources: [any DispatchSourceSignal]
 

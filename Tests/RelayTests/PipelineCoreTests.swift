@@ -5,6 +5,7 @@ import Foundation
 import JSON
 import Kafka
 @testable import Relay
+import Synchronization
 import Testing
 
 /// The pipeline core under routine production events: rebalances while fetching
@@ -405,4 +406,47 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
     let name = series.prefix { $0 != "{" }
     let similar = body.split(separator: "\n").filter { $0.hasPrefix(name) }.joined(separator: "; ")
     throw FixtureError(message: "no series \(series) on /metrics (\(name) series: \(similar))")
+}
+
+extension IntegrationTests {
+    /// The dead-letter writer against a topic that refuses records, then takes them again.
+    @Suite struct DeadLetterWriterTests {
+        /// 200 letters for a refusing topic hold 32 writes, the rest wait in the queue; once the
+        /// topic takes records again every letter arrives.
+        @Test func aRefusingTopicHoldsABoundedNumberOfWritesAndEveryLetterArrivesAfterwards() async throws {
+            let harness = try await RelayHarness(partitions: 1)
+            let topic = harness.topic + ".refusing-dlq"
+            try harness.cluster.createTopic(topic, partitions: 1)
+            harness.cluster.setTopicError(topic, error: 3)  // UNKNOWN_TOPIC_OR_PART
+            var configuration = harness.kafka
+            configuration["topic.metadata.propagation.max.ms"] = "1000"
+            configuration["message.timeout.ms"] = "1000"
+            let producer = try KafkaProducer(configuration: configuration, logger: harness.logger)
+            let writer = DeadLetterWriter(topic: topic, producer: producer,
+                                          retryPolicy: RetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(500)),
+                                          logLimiter: LogLimiter(), health: RelayHealth(), logger: harness.logger)
+            let written = Mutex([Int64]())
+            let running = Task { await writer.run() }
+            for offset in Int64(0)..<200 {
+                let record = KafkaRecord(topic: harness.topic, partition: 0, offset: offset, key: nil, value: Array("letter \(offset)".utf8))
+                writer.submit(DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)")) {
+                    written.withLock { $0.append(offset) }
+                }
+            }
+            try await eventually("the writes in flight reach their bound, the rest queue") {
+                writer.lettersInFlight == DeadLetterWriter.maximumInFlight && writer.lettersQueued == 200 - DeadLetterWriter.maximumInFlight
+            }
+            #expect(written.withLock { $0.isEmpty })
+
+            harness.cluster.setTopicError(topic, error: 0)
+            try await eventually("every letter is written", timeout: .seconds(120)) { written.withLock { $0.count } == 200 }
+            writer.finishIntake()
+            await running.value
+            let letters = try await harness.read(topic: topic, count: 200)
+            let details = letters.compactMap { $0.header("fleet-relay-detail").flatMap { Int64($0) } }
+            #expect(Set(details) == Set(0..<200), "each letter once")
+            #expect(writer.lettersInFlight == 0 && writer.lettersQueued == 0)
+            await harness.shutdown()
+        }
+    }
 }

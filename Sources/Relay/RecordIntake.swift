@@ -1,0 +1,40 @@
+import InputFormats
+import Kafka
+import Logging
+
+/// Consumed records into what the pipeline takes: fixes, bad records (dead-lettered with their
+/// reason) and records a mapping's skip rule leaves out. Framed records wait for their schema
+/// through a registry outage.
+struct RecordIntake: Sendable {
+    let decoder: any RecordDecoder
+    let statistics: RelayStatistics
+    let logLimiter: LogLimiter
+    let logger: Logger
+
+    /// Throws only when cancelled while the registry is unavailable: the chunk stays uncommitted.
+    func decode(_ chunk: [KafkaRecord]) async throws -> [ConsumedRecord] {
+        let inputs = chunk.map(InputRecord.init)
+        try await decoder.prepare(inputs) { noteRegistryUnavailable($0) }
+        return zip(chunk, inputs).map { record, input -> ConsumedRecord in
+            let source = RecordSource(record)
+            switch decoder.decode(input) {
+            case .update(let update): return .fix(PendingFix(update: update, source: source))
+            case .rejected(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+            case .skipped(let rule): return noteSkipped(source, rule: rule)
+            }
+        }
+    }
+
+    private func noteRegistryUnavailable(_ problem: SchemaRegistryUnavailable) {
+        statistics.schemaRegistryErrors.increment()
+        logLimiter.warning("schema registry", to: logger, "\(problem); records wait and are retried")
+    }
+
+    /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.
+    private func noteSkipped(_ source: RecordSource, rule: String) -> ConsumedRecord {
+        if logLimiter.allow("skipped: " + rule).allowed {
+            logger.info("Skipping \(source.description): \(rule) (the input mapping's skip rule; committed, not sent)")
+        }
+        return .skipped(source)
+    }
+}
