@@ -54,6 +54,11 @@ public final class RelayStatistics: Sendable {
         Counter(label: "fleet_relay_fleet_engine_requests_total", dimensions: [("kind", $0.kind.rawValue), ("status", String($0.status))])
     }
     private let retryCounters = CounterCache<String> { Counter(label: "fleet_relay_retries_total", dimensions: [("cause", $0)]) }
+    private let consumedCounters = CounterCache<TopicPartition> {
+        Counter(label: "fleet_relay_records_consumed_total", dimensions: [("topic", $0.topic), ("partition", String($0.partition))])
+    }
+    private let deadLetterCounters = CounterCache<String> { Counter(label: "fleet_relay_dead_letters_total", dimensions: [("reason", $0)]) }
+    private let consumeErrorCounters = CounterCache<String> { Counter(label: "fleet_relay_consume_errors_total", dimensions: [("error", $0)]) }
     private let inFlightGauge = Gauge(label: "fleet_relay_in_flight_requests")
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
     private let endToEndSeconds = Timer(label: "fleet_relay_end_to_end_seconds")
@@ -73,14 +78,13 @@ public final class RelayStatistics: Sendable {
 
     func recordConsumeError(_ error: String) {
         consumeErrors.add(1, ordering: .relaxed)
-        Counter(label: "fleet_relay_consume_errors_total", dimensions: [("error", error)]).increment()
+        consumeErrorCounters.counter(for: error).increment()
     }
 
     func recordConsumed(_ counts: [TopicPartition: Int]) {
         for (partition, count) in counts {
             consumed.add(count, ordering: .relaxed)
-            Counter(label: "fleet_relay_records_consumed_total",
-                    dimensions: [("topic", partition.topic), ("partition", String(partition.partition))]).increment(by: count)
+            consumedCounters.counter(for: partition).increment(by: count)
         }
     }
 
@@ -103,7 +107,7 @@ public final class RelayStatistics: Sendable {
 
     func recordDeadLetter(reason: String) {
         recordFinished(.deadLettered)
-        Counter(label: "fleet_relay_dead_letters_total", dimensions: [("reason", reason)]).increment()
+        deadLetterCounters.counter(for: reason).increment()
     }
 
     /// One Fleet Engine request (status 0: no answer) and how long it took.
