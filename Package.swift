@@ -109,9 +109,10 @@ let package = Package(
         .target(
             name: "FleetEngineEmulator",
             dependencies: [
-                "CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing",
+                "CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOTLS", package: "swift-nio"),
             ]
         ),
         // Record decoders: the native event, mappings and the built-in formats.

@@ -19,11 +19,15 @@ public struct SignerError: Error, Sendable, CustomStringConvertible {
     public let signer: String
     public let reason: Reason
     public let message: String
+    /// How the way to the signer failed, when it did (`tls`, `proxy`, `connection`, `timeout`):
+    /// `tls` and `proxy` are configuration no retry mends.
+    public let transportCause: String?
 
-    public init(signer: String, reason: Reason, _ message: String) {
+    public init(signer: String, reason: Reason, _ message: String, transportCause: String? = nil) {
         self.signer = signer
         self.reason = reason
         self.message = message
+        self.transportCause = transportCause
     }
 
     public var description: String { "\(signer) signer: \(message)" }

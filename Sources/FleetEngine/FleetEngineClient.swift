@@ -87,6 +87,12 @@ public final class FleetEngineClient: Sendable {
         return transport.http2?.connectionCount
     }
 
+    /// Requests sent again at once on a new HTTP/2 connection, by reason (see `HTTP2ConnectionPool.resentRequests`).
+    public var resentRequests: [String: Int] {
+        guard case .success(let transport) = transport else { return [:] }
+        return transport.http2?.resentRequests ?? [:]
+    }
+
     /// The HTTP/2 connections the client opens at most; nil over HTTP/1.1.
     public var http2ConnectionLimit: Int? {
         guard case .success(let transport) = transport else { return nil }

@@ -11,8 +11,9 @@ public protocol EmulatedService: AnyObject, Sendable {
 /// token service and Google's auth endpoints own disjoint paths.
 public enum EmulatorHost {
     public static func start(_ services: [any EmulatedService], host: String = "127.0.0.1", port: Int = 0,
-                             options: EmulatorOptions = .init(), path: SilentPath? = nil) async throws -> HTTPServer {
-        try await HTTPServer.start(host: host, port: port, options: options.serverOptions(path: path)) { request in
+                             options: EmulatorOptions = .init(), path: SilentPath? = nil,
+                             serverNames: ServerNames? = nil) async throws -> HTTPServer {
+        try await HTTPServer.start(host: host, port: port, options: options.serverOptions(path: path, serverNames: serverNames)) { request in
             for service in services {
                 if let response = await service.respond(to: request) { return response }
             }

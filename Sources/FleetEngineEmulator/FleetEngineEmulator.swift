@@ -131,6 +131,8 @@ public final class FleetEngineEmulator: EmulatedService {
     private let server = Mutex<HTTPServer?>(nil)
     /// Makes the connections open at a moment go silent (`silenceOpenConnections`).
     public let path = SilentPath()
+    /// The server name each TLS client asked for.
+    public let serverNames = ServerNames()
 
     /// - Parameters:
     ///   - key: the service account whose tokens are accepted (its public half verifies them).
@@ -149,7 +151,8 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Starts serving on `host:port` (0 picks a free port) and returns the base URL.
     @discardableResult
     public func start(host: String = "127.0.0.1", port: Int = 0, options: EmulatorOptions = .init()) async throws -> String {
-        let server = try await EmulatorHost.start([self], host: host, port: port, options: options, path: path)
+        let server = try await EmulatorHost.start([self], host: host, port: port, options: options, path: path,
+                                                  serverNames: serverNames)
         self.server.withLock { $0 = server }
         return server.baseURL
     }

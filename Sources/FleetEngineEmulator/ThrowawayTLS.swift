@@ -20,7 +20,13 @@ public struct ThrowawayTLS: Sendable {
     /// Writes `ca.pem`, `server.pem` and `server-key.pem` (mode 0600) into `directory`,
     /// creating it. The server certificate names `localhost`, 127.0.0.1, ::1 and `hosts`.
     public static func generate(in directory: String, hosts: [String] = []) throws -> ThrowawayTLS {
-        let names = Set(["localhost", "127.0.0.1", "::1"] + hosts)
+        try generate(in: directory, issuedFor: ["localhost", "127.0.0.1", "::1"] + hosts)
+    }
+
+    /// The same with a server certificate naming only `names`: a certificate from a trusted CA
+    /// that was issued for another host than the one a client asks for.
+    public static func generate(in directory: String, issuedFor names: [String]) throws -> ThrowawayTLS {
+        let names = Set(names)
         let ips = names.filter(Self.isIPAddress).sorted()
         let dnsNames = names.subtracting(ips).sorted()
         let (ca, certificate, key) = try pems(dnsNames: dnsNames, ips: ips)

@@ -14,6 +14,8 @@ public final class TokenServiceEmulator: EmulatedService {
         case normal
         /// Every call answered 503.
         case down
+        /// Calls for these vehicles answered 503; the others served.
+        case downFor(Set<String>)
         /// Tokens authorize another vehicle than the one asked for.
         case wrongVehicle
         /// Tokens authorize every vehicle (`*`) whatever was asked for.
@@ -35,6 +37,8 @@ public final class TokenServiceEmulator: EmulatedService {
         public var unauthorized = 0
         /// Tokens issued per vehicle id.
         public var issuedPerVehicle: [String: Int] = [:]
+        /// Calls answered 503 per vehicle id (`downFor`).
+        public var refusedPerVehicle: [String: Int] = [:]
     }
 
     private struct State {
@@ -78,14 +82,18 @@ public final class TokenServiceEmulator: EmulatedService {
             state.withLock { $0.statistics.unauthorized += 1 }
             return .googleError(401, "UNAUTHENTICATED", "Missing or wrong \(requiredHeader.name) header.")
         }
-        if behaviour == .down { return .googleError(503, "UNAVAILABLE", "The token service is down.") }
+        if case .down = behaviour { return .googleError(503, "UNAVAILABLE", "The token service is down.") }
         guard let id = request.parameter("vehicle_id"), !id.isEmpty,
             let kind = request.parameter("kind").flatMap(VehicleKind.init(rawValue:))
         else { return .googleError(400, "INVALID_ARGUMENT", "vehicle_id and kind (vehicle or delivery_vehicle) are required.") }
+        if case .downFor(let vehicles) = behaviour, vehicles.contains(id) {
+            state.withLock { $0.statistics.refusedPerVehicle[id, default: 0] += 1 }
+            return .googleError(503, "UNAVAILABLE", "The token service cannot sign for \(id) now.")
+        }
         let granted = switch behaviour {
         case .wrongVehicle: id + "-other"
         case .wildcard: FleetEngineClaims.wildcard
-        case .normal, .down: id
+        case .normal, .down, .downFor: id
         }
         guard let token = try? await signer.mint(for: VehicleIdentity(kind: kind, id: granted)) else {
             return .googleError(500, "INTERNAL", "Signing failed.")

@@ -5,6 +5,9 @@ public final class HTTPServerStatistics: Sendable {
     public struct Counts: Sendable {
         public var connections = 0
         public var connectionsClosed = 0
+        /// HTTP/2 streams refused with RST_STREAM(REFUSED_STREAM), and left unprocessed above a GOAWAY's last stream.
+        public var streamsRefused = 0
+        public var streamsAboveGoAway = 0
         /// The most streams one HTTP/2 connection had open at once.
         public var mostOpenStreams = 0
         public var http1Requests = 0

@@ -64,14 +64,31 @@ final class RequestHandler: ChannelInboundHandler {
                 statistics.count(\.http1Requests)
             case .http2(let observer):
                 statistics.count(\.http2Requests)
-                if observer?.requestArrived() == .reset {
+                let id = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+                switch observer?.requestArrived(on: id) ?? .answer {
+                case .answer: break
+                case .reset:
                     // Closing a stream channel sends RST_STREAM; the request is not applied.
                     context.close(promise: nil)
+                    return
+                case .refuse:
+                    refuse(context: context)
+                    return
+                case .withhold:
                     return
                 }
             }
             respond(to: head, context: context)
         }
+    }
+
+    /// RST_STREAM(REFUSED_STREAM), written below the HTTP/1 codec (which only takes response parts).
+    private func refuse(context: ChannelHandlerContext) {
+        guard let codec = try? context.pipeline.syncOperations.context(handlerType: HTTP2FramePayloadToHTTP1ServerCodec.self) else {
+            context.close(promise: nil)
+            return
+        }
+        codec.writeAndFlush(NIOAny(HTTP2Frame.FramePayload.rstStream(.refusedStream)), promise: nil)
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
@@ -134,11 +151,17 @@ final class RequestHandler: ChannelInboundHandler {
 public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
     func streamOpened(_ id: HTTP2StreamID?)
     func streamClosed()
-    /// A request arrived whole on a stream: answer it, or reset the stream instead.
-    func requestArrived() -> HTTP2RequestFate
+    /// A request arrived whole on a stream: answer it, or leave it unprocessed one of the ways
+    /// a server may.
+    func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate
 }
 
 public enum HTTP2RequestFate: Sendable {
     case answer
+    /// RST_STREAM(CANCEL): the client cannot tell whether anything was applied.
     case reset
+    /// RST_STREAM(REFUSED_STREAM): certainly not processed.
+    case refuse
+    /// No answer: the stream is above a GOAWAY's last stream ID.
+    case withhold
 }

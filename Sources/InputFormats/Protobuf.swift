@@ -8,34 +8,35 @@ import JSON
 /// base64 text. In proto3, scalar fields without presence read as their zero value when
 /// absent from the wire, as proto3 defines them.
 public struct ProtobufSchema: Sendable {
-    struct Field: Sendable {
-        let name: String
-        let number: Int
-        let type: Int
-        let repeated: Bool
+    package struct Field: Sendable {
+        package let name: String
+        package let number: Int
+        /// FieldDescriptorProto.Type: 9 string, 11 message, 14 enum, …
+        package let type: Int
+        package let repeated: Bool
         let packed: Bool?
         /// Fully qualified, with a leading dot, for messages and enums.
-        let typeName: String
+        package let typeName: String
         /// proto3 scalar without explicit presence: absent means zero.
         let impliedZero: Bool
     }
 
-    struct Message: Sendable {
-        let fullName: String
-        let fields: [Int: Field]
-        let isMapEntry: Bool
+    package struct Message: Sendable {
+        package let fullName: String
+        package let fields: [Int: Field]
+        package let isMapEntry: Bool
         /// Nested message names, by declaration index (message indexes in the framing).
-        let nested: [String]
+        package let nested: [String]
     }
 
     public struct ParseError: Error, CustomStringConvertible {
         public let description: String
     }
 
-    let messages: [String: Message]
-    let enums: [String: [Int: String]]
+    package let messages: [String: Message]
+    package let enums: [String: [Int: String]]
     /// The top-level messages of the schema's own file, by declaration index.
-    let topLevel: [String]
+    package let topLevel: [String]
 
     /// - Parameters:
     ///   - file: the schema's serialized `FileDescriptorProto`.

@@ -19,6 +19,7 @@ final class RelayGauges: Sendable {
     private let tokenCacheHits = Counter(label: "fleet_relay_token_cache_hits_total")
     private let partitionSeries = Mutex<[TopicPartition: PartitionSeries]>([:])
     private let reported = Mutex<TokenCounts>(TokenCounts())
+    private let reportedResends = Mutex<[String: Int]>([:])
 
     private struct TokenCounts {
         var mints = 0
@@ -76,6 +77,18 @@ final class RelayGauges: Sendable {
                 if let committed = figures.committedOffset { gauges.committedOffset.record(committed) }
                 if let lag = figures.lag { gauges.lag.record(lag) }
             }
+        }
+    }
+
+    /// Requests the HTTP/2 transport sent again at once on a new connection, by reason, as
+    /// counted by the client since the last scrape.
+    func recordResends(_ resends: [String: Int]) {
+        reportedResends.withLock { reported in
+            for (reason, count) in resends where count != reported[reason] {
+                Counter(label: "fleet_relay_fleet_engine_resent_total", dimensions: [("reason", reason)])
+                    .increment(by: count - (reported[reason] ?? 0))
+            }
+            reported = resends
         }
     }
 

@@ -1,3 +1,4 @@
+import FleetAuth
 import FleetEngine
 import Logging
 import Synchronization
@@ -24,6 +25,8 @@ public final class RelayHealth: Sendable {
         /// The failure that began the outage, for `/readyz`.
         var fleetEngineFailure: (cause: String, detail: String)?
         var signerFailingSince: ContinuousClock.Instant?
+        /// The last failure's configuration cause and message, while it lasts.
+        var signerConfigurationFailure: String?
         var lastPollAge: @Sendable () -> Double = { 0 }
         /// For how long partitions have been paused that flow control does not want paused.
         var unwishedPauseAge: @Sendable () -> Double = { 0 }
@@ -115,11 +118,25 @@ public final class RelayHealth: Sendable {
         }
     }
 
-    func recordSignerFailure() {
-        state.withLock { if $0.signerFailingSince == nil { $0.signerFailingSince = .now } }
+    /// A mint failed. One whose way to the signer failed for a configuration cause (the TLS
+    /// trust, the proxy) makes the relay not ready at once, naming it, as for Fleet Engine.
+    func recordSignerFailure(_ error: SignerError?) {
+        state.withLock { state in
+            if state.signerFailingSince == nil { state.signerFailingSince = .now }
+            if let error, let cause = error.transportCause, Self.configurationCauses.contains(cause) {
+                state.signerConfigurationFailure = "\(cause): \(error.message)"
+            } else {
+                state.signerConfigurationFailure = nil
+            }
+        }
     }
 
-    func recordSignerSuccess() { state.withLock { $0.signerFailingSince = nil } }
+    func recordSignerSuccess() {
+        state.withLock { state in
+            state.signerFailingSince = nil
+            state.signerConfigurationFailure = nil
+        }
+    }
 
     /// A dead letter could not be written. Returns true when this is the first permanent
     /// refusal since the last success: the caller logs it once, with its reason.
@@ -167,11 +184,19 @@ public final class RelayHealth: Sendable {
         return liveness + [
             groupCheck(current, now: now),
             consumeCheck(current, now: now),
-            Check(name: "signer", ok: signerFailing.map { now - $0 <= maximumOutage } ?? true,
-                  detail: signerFailing.map { "failing for \((now - $0).components.seconds) s" } ?? "ok"),
+            signerCheck(since: signerFailing, configurationFailure: current.signerConfigurationFailure, now: now),
             fleetEngineCheck(since: current.fleetEngineOutageSince, failure: current.fleetEngineFailure, now: now),
             deadLetterCheck(current.deadLetterFailure, now: now),
         ]
+    }
+
+    private func signerCheck(since: ContinuousClock.Instant?, configurationFailure: String?, now: ContinuousClock.Instant) -> Check {
+        guard let since else { return Check(name: "signer", ok: true, detail: "ok") }
+        let seconds = (now - since).components.seconds
+        if let configurationFailure {
+            return Check(name: "signer", ok: false, detail: "failing for \(seconds) s (\(configurationFailure))")
+        }
+        return Check(name: "signer", ok: now - since <= maximumOutage, detail: "failing for \(seconds) s")
     }
 
     private func groupCheck(_ state: State, now: ContinuousClock.Instant) -> Check {

@@ -23,6 +23,7 @@ public final class RelayService: Service, Sendable {
     public let statistics = RelayStatistics()
     public let health: RelayHealth
     private let tokens: TokenCache
+    private let client: FleetEngineClient
     let logLimiter = LogLimiter()
     let driver: PipelineDriver
     var pipeline: Pipeline { driver.pipeline }
@@ -42,6 +43,7 @@ public final class RelayService: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.tokens = tokens
+        self.client = client
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
         self.intake = RecordIntake(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
         var limits = PipelineLimits(
@@ -154,6 +156,7 @@ public final class RelayService: Service, Sendable {
     public func refreshGauges() async {
         guard let consumer = consumerState.withLock({ $0 }) else { return }
         await gauges.refresh(consumer: consumer, pipeline: pipeline, tokens: tokens)
+        gauges.recordResends(client.resentRequests)
     }
 
     /// Stops fetching and starting requests, and waits for the requests and dead-letter

@@ -152,7 +152,7 @@ public struct UpdateForwarder: Sendable {
         } catch {
             if Task.isCancelled { return nil }
             logLimiter.warning("signer", to: logger, "No token for \(vehicle): \(error)")
-            health.recordSignerFailure()
+            health.recordSignerFailure(error as? SignerError)
             statistics.recordRetry(cause: TransientFailure.signerCause)
             delivery.outcome = .retry(TransientFailure(cause: TransientFailure.signerCause, detail: "\(error)"))
             return nil

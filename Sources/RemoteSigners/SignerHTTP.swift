@@ -41,7 +41,9 @@ public final class SignerHTTP: Sendable {
         } catch let error as HTTPClientError where error == .deadlineExceeded {
             throw SignerError(signer: signer, reason: .unavailable, "\(peer) did not answer within \(seconds) s")
         } catch {
-            throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(TransportFailure.describe(error).message)")
+            let failure = TransportFailure.describe(error)
+            throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(failure.message)",
+                              transportCause: failure.cause)
         }
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -6,6 +7,15 @@ import Synchronization
 /// `CONNECT host:port`, opens the tunnel and then copies bytes both ways without
 /// seeing inside the TLS. Counts the tunnels it opened, by target.
 final class ConnectProxy: Sendable {
+    /// Which CONNECT requests the proxy grants.
+    enum Policy: Sendable {
+        case open
+        /// Every CONNECT answered 403, as a proxy whose rules do not allow the target.
+        case refusing
+        /// 407 unless `Proxy-Authorization: Basic` carries these credentials.
+        case credentials(user: String, password: String)
+    }
+
     let port: Int
     private let channel: any Channel
     private let log: TunnelLog
@@ -21,14 +31,19 @@ final class ConnectProxy: Sendable {
 
     var url: String { "http://127.0.0.1:\(port)" }
 
-    static func start() async throws -> ConnectProxy {
+    /// CONNECT requests answered 403 or 407.
+    var refusals: Int { log.refusals.withLock { $0 } }
+
+    static func start(_ policy: Policy = .open) async throws -> ConnectProxy {
         let log = TunnelLog()
-        let recorder: @Sendable (String) -> Void = { target in log.targets.withLock { $0.append(target) } }
+        let recorder: @Sendable (String?) -> Void = { target in
+            if let target { log.targets.withLock { $0.append(target) } } else { log.refusals.withLock { $0 += 1 } }
+        }
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ConnectRequestHandler(recorder: recorder))
+                    try channel.pipeline.syncOperations.addHandler(ConnectRequestHandler(policy: policy, recorder: recorder))
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
@@ -42,6 +57,7 @@ final class ConnectProxy: Sendable {
 
 private final class TunnelLog: Sendable {
     let targets = Mutex<[String]>([])
+    let refusals = Mutex(0)
 }
 
 /// Reads the CONNECT request head, opens the outbound connection, answers 200 and glues
@@ -50,11 +66,30 @@ private final class ConnectRequestHandler: ChannelInboundHandler, RemovableChann
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let recorder: @Sendable (String) -> Void
+    private let policy: ConnectProxy.Policy
+    /// A tunnel's target, or nil for a refusal.
+    private let recorder: @Sendable (String?) -> Void
     private var head = ByteBuffer()
 
-    init(recorder: @escaping @Sendable (String) -> Void) {
+    init(policy: ConnectProxy.Policy, recorder: @escaping @Sendable (String?) -> Void) {
+        self.policy = policy
         self.recorder = recorder
+    }
+
+    /// The answer refusing the request, or nil when the policy grants it.
+    private func refusal(_ head: String) -> String? {
+        switch policy {
+        case .open:
+            return nil
+        case .refusing:
+            return "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"
+        case .credentials(let user, let password):
+            let expected = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
+            let given = head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("proxy-authorization:") }
+                .map { $0.dropFirst("proxy-authorization:".count).trimmingCharacters(in: .whitespaces) }
+            return given == expected ? nil
+                : "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"egress\"\r\nContent-Length: 0\r\n\r\n"
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -68,6 +103,11 @@ private final class ConnectRequestHandler: ChannelInboundHandler, RemovableChann
             let port = Int(parts[1][parts[1].index(after: colon)...])
         else {
             respond("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", closing: true, context: context)
+            return
+        }
+        if let refusal = refusal(text) {
+            recorder(nil)
+            respond(refusal, closing: true, context: context)
             return
         }
         let host = String(parts[1][..<colon])

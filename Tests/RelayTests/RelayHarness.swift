@@ -38,8 +38,10 @@ final class RelayHarness: Sendable {
     /// - Parameter https: serve the emulator over HTTPS (ALPN h2 and http/1.1) with a
     ///   throwaway CA that the relays `startRelay` starts trust: the production path, by
     ///   default; relay processes get the CA with `--ca-file caFile`.
+    /// - Parameter certificateNames: the names the emulator's certificate is issued for, when
+    ///   not `localhost` and the loopback addresses.
     init(partitions: Int = 4, requireExistingVehicles: Bool = false, https: Bool = true,
-         http2: HTTP2ServerBehaviour = .init()) async throws {
+         http2: HTTP2ServerBehaviour = .init(), certificateNames: [String]? = nil, offersHTTP2: Bool = true) async throws {
         // Every fix time the emulator receives is kept, so tests can prove nothing was lost.
         var logger = Logger(label: "relay-test")
         logger.logLevel = ProcessInfo.processInfo.environment["FLEET_RELAY_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .error
@@ -52,10 +54,12 @@ final class RelayHarness: Sendable {
         self.key = Self.sharedKey
         self.emulator = FleetEngineEmulator(key: key, provider: key.projectId, requireExistingVehicles: requireExistingVehicles,
                                             recordsHistory: true)
-        let tls = https ? try ThrowawayTLS.generate(in: FileManager.default.temporaryDirectory
-            .appendingPathComponent("harness-tls-\(UUID().uuidString)").path) : nil
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("harness-tls-\(UUID().uuidString)").path
+        let tls = !https ? nil
+            : try certificateNames.map { try ThrowawayTLS.generate(in: directory, issuedFor: $0) } ?? ThrowawayTLS.generate(in: directory)
         self.tls = tls
-        self.emulatorURL = try await emulator.start(options: .init(tls: try tls?.serverTLS(), http2: http2))
+        let serverTLS = try tls?.serverTLS()
+        self.emulatorURL = try await emulator.start(options: .init(tls: offersHTTP2 ? serverTLS : serverTLS?.withoutHTTP2(), http2: http2))
     }
 
     /// The emulator's CA, for a relay process's `--ca-file` (HTTPS, the default).

@@ -286,3 +286,35 @@ import Testing
         }
     }
 }
+
+extension SchemaRegistryTests {
+    /// The stand-in answers as Confluent's registry does, so that a relay relying on anything
+    /// else fails here first: Avro without `schemaType`, Protobuf registered by Confluent's
+    /// serializer as `.proto` text unless `format=serialized` (which the relay asks for),
+    /// references as registered, versions and subjects as lists.
+    @Test func theRegistryStandInAnswersAsConfluentsDoes() async throws {
+        try await withRegistry { setup in
+            _ = try setup.serialize(Self.fixes(prefix: "avro", vehicles: 1), kind: "avro")
+            _ = try setup.serialize(Self.fixes(prefix: "proto", vehicles: 1), kind: "protobuf")
+            let base = setup.server.baseURL
+            let avro = try JSONParser.parse(Array(try await httpGet(base + "/schemas/ids/1").body.utf8))
+            #expect(avro["schemaType"] == nil, "Avro is the default and not named")
+            #expect(avro["schema"]?.stringValue?.contains("\"type\"") == true)
+
+            let id = try #require(setup.registry.protobufIds.last, "the serializer registered a Protobuf schema")
+            let text = try JSONParser.parse(Array(try await httpGet(base + "/schemas/ids/\(id)").body.utf8))
+            #expect(text["schemaType"]?.stringValue == "PROTOBUF")
+            let proto = try #require(text["schema"]?.stringValue)
+            #expect(proto.hasPrefix("syntax = \"proto3\";") && proto.contains("message "), "\(proto)")
+            #expect(Data(base64Encoded: proto) == nil, ".proto text, not the serialized descriptor")
+            #expect((text["references"]?.arrayValue?.count ?? 0) >= 1, "its import, as a reference")
+
+            let serialized = try JSONParser.parse(Array(try await httpGet(base + "/schemas/ids/\(id)?format=serialized").body.utf8))
+            let descriptor = try #require(serialized["schema"]?.stringValue.flatMap { Data(base64Encoded: $0) })
+            #expect((try? ProtobufSchema(file: Array(descriptor), dependencies: [])) != nil, "a FileDescriptorProto")
+
+            let versions = try await httpGet(base + "/subjects/\(setup.harness.topic)-value/versions").body
+            #expect(versions == "[1,2]", "the Avro schema, then the Protobuf one: \(versions)")
+        }
+    }
+}

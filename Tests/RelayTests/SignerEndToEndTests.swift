@@ -227,3 +227,76 @@ extension IntegrationTests.RelayFaultTests {
         #expect(warnings.withLock { $0.first?.contains("each is replaced 5 s before it expires") } == true)
     }
 }
+
+/// Signer faults through the binary, beside the serialized integration suite.
+@Suite(.serialized) struct SignerFaultTests {
+    typealias Peers = IntegrationTests.SignerEndToEndTests.Peers
+
+    func signerArguments(_ setup: IntegrationTests.SignerEndToEndTests.Setup, peers: Peers) -> (arguments: [String], environment: [String: String]) {
+        IntegrationTests.SignerEndToEndTests().signerArguments(setup, peers: peers)
+    }
+
+    /// Fleet Engine refusing a token (401) makes the relay mint a new one and send again, seen
+    /// by the token service: two tokens issued per vehicle, not one sent twice.
+    @Test func a401LeadsToANewlyMintedToken() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let peers = try await Peers(harness: harness)
+        let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 1)
+        try await harness.produce(generated.events.map(\.record))
+        harness.emulator.injectFaults(.init(status: 401), count: 5)  // each vehicle's first update
+        let (signerArguments, environment) = signerArguments(.tokenService, peers: peers)
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "refused-token",
+            "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--metrics-port", String(try freeLoopbackPort()),
+        ] + signerArguments, environment: environment)
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "refused-token")
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(harness.emulator.statistics.updateResponsesByStatus[401] == 5)
+        #expect(peers.tokenService.statistics.tokensIssued == 10, "one token, then a new one after the 401")
+        #expect(peers.tokenService.statistics.issuedPerVehicle.values.allSatisfy { $0 == 2 },
+                "\(peers.tokenService.statistics.issuedPerVehicle)")
+        await peers.server.shutdown()
+        await harness.shutdown()
+    }
+
+    /// The token service cannot sign for one vehicle, whose fix is the partition's first
+    /// record: the other vehicles' fixes behind it are delivered, yet a second Kafka client
+    /// sees no offset committed past the waiting record while it waits; once tokens come,
+    /// it is delivered and the partition committed to its end.
+    @Test func nothingIsCommittedPastARecordWaitingForAToken() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let peers = try await Peers(harness: harness)
+        let waiting = GeneratedEvents(vehicles: 1, fixesPerVehicle: 1, prefix: "no-token-")
+        let flowing = GeneratedEvents(vehicles: 20, fixesPerVehicle: 2, prefix: "flowing-")
+        try await harness.produce(waiting.events.map(\.record) + flowing.events.map(\.record))
+        peers.tokenService.behaviour = .downFor(["no-token-0"])
+        let (signerArguments, environment) = signerArguments(.tokenService, peers: peers)
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "signer-outage",
+            "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--metrics-port", String(try freeLoopbackPort()), "--commit-interval-ms", "100",
+            "--retry-initial-ms", "50", "--retry-max-ms", "200",
+        ] + signerArguments, environment: environment)
+
+        try await eventually("the vehicles behind the waiting record are delivered", timeout: .seconds(120)) {
+            harness.lostEvents(flowing.events).isEmpty
+        }
+        try await eventually("the waiting vehicle was refused a token several times", timeout: .seconds(60)) {
+            (peers.tokenService.statistics.refusedPerVehicle["no-token-0"] ?? 0) >= 5
+        }
+        let committed = try await harness.committedOffsets(group: "signer-outage")[0] ?? nil
+        #expect(committed == nil || committed == 0, "committed at \(committed.map(String.init) ?? "nothing"), past offset 0 that waits")
+        #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "no-token-0")) == nil)
+
+        peers.tokenService.behaviour = .normal
+        try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: waiting.events + flowing.events), group: "signer-outage")
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        await peers.server.shutdown()
+        await harness.shutdown()
+    }
+}

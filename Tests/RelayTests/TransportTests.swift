@@ -4,6 +4,7 @@ import FleetEngine
 import FleetEngineEmulator
 import Foundation
 import HTTPServing
+import JSON
 import Logging
 import Relay
 import Synchronization
@@ -180,5 +181,185 @@ private struct CapturingLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         logs.append("\(event.level) \(event.message) \(event.metadata ?? [:])")
+    }
+}
+
+extension TransportTests {
+    /// The binary reaches Fleet Engine by name, as in production: every TLS connection asks
+    /// for that name (SNI) and the certificate must be issued for it. One from a trusted CA
+    /// that names another host is refused, nothing is sent, and the log says why.
+    @Test func theRelayAsksForTheHostByNameAndRefusesACertificateIssuedForAnother() async throws {
+        let elsewhere = try await RelayHarness(partitions: 1, certificateNames: ["fleet.elsewhere.example"])
+        try await elsewhere.produce(GeneratedEvents(vehicles: 3, fixesPerVehicle: 1).events.map(\.record))
+        let refusing = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(elsewhere, group: "wrong-name"))
+        refusing.watchLog()
+        try await eventually("the log says the certificate names another host", timeout: .seconds(60)) {
+            refusing.log.contains("does not name the host")
+        }
+        refusing.process.terminate()
+        _ = await refusing.finish()
+        #expect(elsewhere.emulator.statistics.requests == 0, "nothing sent over a connection to the wrong host")
+        #expect(elsewhere.emulator.serverNames.requested.contains("localhost"), "\(elsewhere.emulator.serverNames.requested)")
+        #expect(try await elsewhere.committedOffsets(group: "wrong-name").values.allSatisfy { $0 == nil }, "nothing committed")
+        await elsewhere.shutdown()
+
+        let harness = try await RelayHarness(partitions: 1)
+        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
+        try await harness.produce(generated.events.map(\.record))
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(harness, group: "by-name"))
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "by-name")
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        let names = harness.emulator.serverNames.requested
+        #expect(!names.isEmpty && names.allSatisfy { $0 == "localhost" }, "every connection asked for localhost: \(names)")
+        await harness.shutdown()
+    }
+
+    /// `fleet-relay run` against the harness's emulator, reached as `localhost`.
+    private func relayArguments(_ harness: RelayHarness, group: String) throws -> [String] {
+        [
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", group,
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL.replacingOccurrences(of: "127.0.0.1", with: "localhost"),
+            "--metrics-port", String(try freeLoopbackPort()), "--log-format", "text",
+        ]
+    }
+}
+
+extension TransportTests {
+    /// Requests the server certainly did not process — above a GOAWAY's last stream ID, or
+    /// refused with REFUSED_STREAM — go out again at once on a new connection, and the relay's
+    /// count of them matches what the emulator left unprocessed; nothing is lost.
+    @Test func requestsAboveAGoAwayOrRefusedAreSentAgainAtOnceAndCounted() async throws {
+        let harness = try await RelayHarness(partitions: 2, http2: .init(goAwayBelowEveryRequests: 40, refuseShare: 0.03))
+        let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
+        try await harness.produce(generated.events.map(\.record))
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "unprocessed",
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
+        ])
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "unprocessed")
+        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+
+        let transport = try #require(harness.emulator.transportStatistics)
+        let resentAboveGoAway = metricValue(metrics, "fleet_relay_fleet_engine_resent_total", ["reason": "goaway"]) ?? 0
+        let resentRefused = metricValue(metrics, "fleet_relay_fleet_engine_resent_total", ["reason": "refused_stream"]) ?? 0
+        let retries = metricSum(metrics, "fleet_relay_retries_total")
+        #expect(transport.goAwaysSent >= 2 && transport.streamsAboveGoAway >= transport.goAwaysSent, "\(transport)")
+        #expect(transport.streamsRefused >= 2, "\(transport)")
+        #expect(resentAboveGoAway >= Double(transport.goAwaysSent), "each GOAWAY left at least its trigger to send again")
+        #expect(resentRefused >= 1)
+        // Each request the emulator left unprocessed went out again at once (a stream the client
+        // opened after the GOAWAY left, which the emulator never saw, is resent too); only one
+        // unprocessed twice in a row waits for a retry.
+        let unprocessed = Double(transport.streamsAboveGoAway + transport.streamsRefused)
+        #expect(unprocessed <= resentAboveGoAway + resentRefused + retries,
+                "resent \(resentAboveGoAway) + \(resentRefused), retried \(retries), unprocessed \(unprocessed)")
+        #expect(retries <= Double(transport.streamsRefused), "retries only where a resend was refused again: \(retries)")
+        #expect(harness.lostEvents(generated.events).isEmpty)
+        #expect(harness.backwardsUpdates == 0)
+        await harness.shutdown()
+    }
+}
+
+extension TransportTests {
+    /// `--http-version 2` against a server that offers only HTTP/1.1: nothing is sent over a
+    /// protocol the operator ruled out, the log says so in one line, and /readyz answers 503
+    /// at once, naming it.
+    @Test func http2RequiredAgainstAnHTTP1OnlyServerIsOneLogLineAndNotReady() async throws {
+        let harness = try await RelayHarness(partitions: 1, offersHTTP2: false)
+        try await harness.produce(GeneratedEvents(vehicles: 10, fixesPerVehicle: 2).events.map(\.record))
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "h2-required",
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL, "--http-version", "2", "--metrics-port", String(metricsPort),
+            "--log-format", "text",
+        ])
+        relay.watchLog()
+        var readiness = (status: 0, body: "")
+        try await eventually("/readyz answers 503 naming the HTTP version", timeout: .seconds(120)) {
+            guard let answer = try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz") else { return false }  // not up yet
+            readiness = (answer.status, answer.body)
+            return answer.status == 503 && answer.body.contains("http_version")
+        }
+        #expect(readiness.body.contains("--http-version 2"), "\(readiness.body)")
+        relay.process.terminate()
+        _ = await relay.finish()
+        let lines = relay.log.split(separator: "\n").filter { $0.contains("did not negotiate HTTP/2") }
+        #expect(lines.count == 1, "one line says it: \(lines)")
+        #expect(harness.emulator.statistics.requests == 0, "nothing sent over HTTP/1.1")
+        #expect(harness.emulator.transportStatistics?.http1Requests == 0)
+        await harness.shutdown()
+    }
+}
+
+extension TransportTests {
+    static let proxySentinel = "sentinel-proxy-password-7c3a"
+
+    /// Fleet Engine and the token service, both over HTTPS, through a proxy that wants
+    /// credentials: with them everything is delivered through its tunnels; with wrong ones, or
+    /// through a proxy that refuses CONNECT, nothing is sent, /readyz names the proxy, and the
+    /// password appears in no log line, error or metric.
+    @Test(arguments: ["credentials", "wrong-credentials", "refusing"])
+    func theBinaryGoesThroughAProxyOrSaysWhyNot(_ setup: String) async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let tokenService = TokenServiceEmulator(key: harness.key)
+        let tokenServer = try await EmulatorHost.start([tokenService], options: .init(tls: try harness.tls?.serverTLS()))
+        let proxy = try await ConnectProxy.start(setup == "refusing" ? .refusing : .credentials(user: "relay", password: Self.proxySentinel))
+        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
+        try await harness.produce(generated.events.map(\.record))
+        let password = setup == "wrong-credentials" ? "not-the-password" : Self.proxySentinel
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "proxy-\(setup)",
+            "--signer", "token-service", "--token-url", tokenServer.baseURL + TokenServiceEmulator.path, "--provider", harness.key.projectId,
+            "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000", "--fleet-engine-url", harness.emulatorURL,
+            "--metrics-port", String(metricsPort), "--log-format", "text",
+        ], environment: ["HTTPS_PROXY": "http://relay:\(password)@127.0.0.1:\(proxy.port)", "NO_PROXY": "metadata.google.internal"])
+        relay.watchLog()
+        var metrics = ""
+        if setup == "credentials" {
+            try await harness.waitUntilEverythingIsDelivered(generated, group: "proxy-\(setup)")
+            let targets = Set(proxy.tunnels)
+            #expect(targets == ["127.0.0.1:\(tokenServer.port)", harness.emulatorURL.split(separator: "/").last.map(String.init) ?? ""],
+                    "tunnels to the token service and Fleet Engine: \(targets)")
+        } else {
+            var readiness = ""
+            let failing = { (body: String, check: String) in
+                (try? JSONParser.parse(Array(body.utf8)))?["checks"]?[check]?["ok"] == .bool(false)
+            }
+            do {
+                try await eventually("/readyz answers 503 for the signer", timeout: .seconds(90)) {
+                    guard let answer = try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz") else { return false }
+                    readiness = answer.body
+                    return answer.status == 503 && failing(answer.body, "signer")
+                }
+            } catch {
+                Issue.record("\(error): \(readiness)")
+            }
+            #expect(readiness.contains("proxy"), "\(readiness)")
+            #expect(proxy.refusals >= 1 && proxy.tunnels.isEmpty)
+            #expect(harness.emulator.statistics.requests == 0 && tokenService.statistics.requests == 0, "nothing got past the proxy")
+            #expect(relay.log.contains("the HTTPS proxy refused the tunnel"), "the log says the proxy refused")
+        }
+        metrics = (try? await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body) ?? ""
+        let readinessNow = (try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz").body) ?? ""
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(!metrics.isEmpty)
+        for (name, text) in [("log", relay.log + result.stderr), ("output", result.stdout), ("metrics", metrics), ("readiness", readinessNow)] {
+            #expect(!text.contains(Self.proxySentinel), "the proxy password is in the \(name)")
+        }
+        await proxy.shutdown()
+        await tokenServer.shutdown()
+        await harness.shutdown()
     }
 }

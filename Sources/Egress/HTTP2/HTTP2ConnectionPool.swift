@@ -43,6 +43,11 @@ public final class HTTP2ConnectionPool: Sendable {
     private let streamsPerConnection: Int
     private let maximumConnections: Int
     private let slots: Mutex<[Slot]>
+    private let resends = Mutex<[String: Int]>([:])
+
+    /// Requests sent again at once on a new connection, by why the server certainly had not
+    /// processed them: `goaway` (above a GOAWAY's last stream), `refused_stream`, `not_sent`.
+    public var resentRequests: [String: Int] { resends.withLock { $0 } }
 
     /// Connections opened so far and kept (open, being made, or to be made again when needed).
     public var connectionCount: Int { slots.withLock { $0.count } }
@@ -74,6 +79,12 @@ public final class HTTP2ConnectionPool: Sendable {
         do {
             return try await executeOnce(request)
         } catch let error as ExchangeError where error.isSafeToRetry {
+            let reason = switch error {
+            case .refusedByGoAway: "goaway"
+            case .streamReset: "refused_stream"
+            default: "not_sent"
+            }
+            resends.withLock { $0[reason, default: 0] += 1 }
             return try await executeOnce(request)
         }
     }

@@ -830,7 +830,7 @@ public struct PipelineState<Waiter> {
         }
         guard assignmentChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty else { return actions }
         let wish = pauseWish
-        guard wish != announcedPauseWish else { return actions }
+        guard assignmentChanged || wish != announcedPauseWish else { return actions }
         announcedPauseWish = wish
         actions.pause = PauseChange(wish: wish, pausing: actions.pausing.filter(wish.contains).sorted(),
                                     resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: share)

@@ -1,0 +1,458 @@
+import FleetAuth
+import FleetEngine
+import FleetSimulator
+import Foundation
+import InputFormats
+import Kafka
+@testable import Relay
+import Testing
+
+/// `PipelineState` under random steps, with its promises checked after every step, not only
+/// at the end: a bug that finishes records early and reaches the same end state still fails.
+///
+/// Steps: records (fixes, bad, skipped) consumed, workers asking for work, every outcome
+/// (accepted, rejected, retry on a signer or Fleet Engine failure, stale, abandoned), live
+/// checks that find Fleet Engine newer, dead letters written, time passing to the deadlines,
+/// commits answered or refused, partitions revoked with work under way and assigned again.
+///
+/// After every step:
+/// - no committable or committed offset passes a record known unfinished (in a request, held
+///   for its retry, or waiting for its dead letter);
+/// - no request carries a fix at or before one its vehicle had accepted (never backwards);
+/// - no record is in two requests at once, nor in one after it finished;
+/// - the pause wish holds every partition at its share of unfinished records and none at half
+///   of it or below, and the wish announced is the state's.
+/// At the end, with everything drained: every record of a partition still assigned is
+/// committed, and each ended exactly once.
+///
+/// Many seeds run within a time bound. A failure prints its seed and the shortest step list
+/// found that still fails.
+@Suite struct PipelinePropertyTests {
+    @Test func everyInvariantHoldsAfterEveryStep() throws {
+        let started = ContinuousClock.now
+        var seed: UInt64 = 1
+        while seed <= 400, ContinuousClock.now - started < .seconds(20) {
+            let steps = PipelineModel.steps(seed: seed, count: 300)
+            if let failure = PipelineModel.run(steps) {
+                let shortest = PipelineModel.shrink(steps)
+                Issue.record("""
+                    seed \(seed): \(failure)
+                    shortest failing steps (\(shortest.count)): \(shortest.map(\.description).joined(separator: ", "))
+                    which fail with: \(PipelineModel.run(shortest) ?? "?")
+                    """)
+                return
+            }
+            seed += 1
+        }
+        #expect(seed > 50, "at least 50 seeds ran within the time bound (\(seed - 1))")
+    }
+}
+
+/// One step of the property test. Indices pick among what exists at that moment (modulo its
+/// count), so that any subsequence of steps is still a valid run, which shrinking needs.
+enum PipelineStep: CustomStringConvertible {
+    case fix(vehicle: Int, time: Int64)
+    case bad(partition: Int)
+    case skipped(partition: Int)
+    case work
+    case accept(Int)
+    case reject(Int)
+    case retry(Int, signer: Bool)
+    /// The live location read first finds Fleet Engine this much ahead of the request's newest fix.
+    case liveCheckFindsNewer(Int, by: Int64)
+    case writeDeadLetter(Int)
+    case advance(milliseconds: Int)
+    case answerCommit(failed: Bool)
+    /// Revokes a partition: its requests under way end (accepted or abandoned) before the
+    /// revoke finishes, or some stay in flight when `waitsForWork` is false (a drain timeout).
+    case revoke(partition: Int, waitsForWork: Bool)
+    case assign(partition: Int)
+
+    var description: String {
+        switch self {
+        case .fix(let vehicle, let time): "fix(v\(vehicle)@\(time))"
+        case .bad(let partition): "bad(p\(partition))"
+        case .skipped(let partition): "skipped(p\(partition))"
+        case .work: "work"
+        case .accept(let index): "accept(\(index))"
+        case .reject(let index): "reject(\(index))"
+        case .retry(let index, let signer): "retry(\(index), \(signer ? "signer" : "http_503"))"
+        case .liveCheckFindsNewer(let index, let by): "liveCheckFindsNewer(\(index), +\(by))"
+        case .writeDeadLetter(let index): "writeDeadLetter(\(index))"
+        case .advance(let milliseconds): "advance(\(milliseconds) ms)"
+        case .answerCommit(let failed): failed ? "commitRefused" : "commitAnswered"
+        case .revoke(let partition, let waits): "revoke(p\(partition)\(waits ? "" : ", work still in flight"))"
+        case .assign(let partition): "assign(p\(partition))"
+        }
+    }
+}
+
+/// Runs steps against a `PipelineState` and a model of what must be true.
+final class PipelineModel {
+    static let partitionCount = 3
+    static let vehicleCount = 9
+
+    static func steps(seed: UInt64, count: Int) -> [PipelineStep] {
+        var random = SplitMix64(seed: seed)
+        func pick(_ bound: Int) -> Int { Int(random.next() % UInt64(bound)) }
+        return (0..<count).map { _ in
+            switch pick(100) {
+            case 0..<30: .fix(vehicle: pick(vehicleCount), time: Int64(pick(2_000)))
+            case 30..<33: .bad(partition: pick(partitionCount))
+            case 33..<35: .skipped(partition: pick(partitionCount))
+            case 35..<50: .work
+            case 50..<62: .accept(pick(16))
+            case 62..<66: .reject(pick(16))
+            case 66..<74: .retry(pick(16), signer: pick(2) == 0)
+            case 74..<78: .liveCheckFindsNewer(pick(16), by: Int64(pick(300)))
+            case 78..<83: .writeDeadLetter(pick(8))
+            case 83..<91: .advance(milliseconds: [1, 50, 400, 3_000][pick(4)])
+            case 91..<95: .answerCommit(failed: pick(4) == 0)
+            case 95..<98: .revoke(partition: pick(partitionCount), waitsForWork: pick(3) != 0)
+            default: .assign(partition: pick(partitionCount))
+            }
+        }
+    }
+
+    /// The first broken promise, or nil when every step and the final drain kept them all.
+    static func run(_ steps: [PipelineStep]) -> String? {
+        let model = PipelineModel()
+        for (number, step) in steps.enumerated() {
+            model.apply(step)
+            if let broken = model.brokenPromise() { return "after step \(number + 1) \(step): \(broken)" }
+        }
+        model.drain()
+        return model.brokenPromise() ?? model.brokenEndPromise()
+    }
+
+    /// Drops chunks of steps while the run still fails, halving the chunk down to one step.
+    static func shrink(_ steps: [PipelineStep]) -> [PipelineStep] {
+        var current = steps
+        var chunk = max(1, current.count / 2)
+        while chunk >= 1 {
+            var start = 0
+            var removedAny = false
+            while start < current.count {
+                var candidate = current
+                candidate.removeSubrange(start..<min(start + chunk, candidate.count))
+                if run(candidate) != nil {
+                    current = candidate
+                    removedAny = true
+                } else {
+                    start += chunk
+                }
+            }
+            if !removedAny { chunk /= 2 }
+        }
+        return current
+    }
+
+    // MARK: State and model
+
+    private let start = ContinuousClock.now
+    private var now: ContinuousClock.Instant
+    private var state: PipelineState<Int>
+    private var generations: [Int32: UInt64] = [:]
+    private var nextGeneration: UInt64 = 1
+    private var nextOffset: [Int32: Int64] = [:]
+    private var nextWorker = 0
+    private var waiting: Set<Int> = []
+    private var inFlight: [CoalescedRequest] = []
+    private var deadLetters: [DeadLetterOrder] = []
+    private var commitsUnderWay: [CommitOrder] = []
+    private var announcedWish: Set<TopicPartition> = []
+    /// Records of requests that failed transiently, back in their vehicle's queue.
+    private var heldForRetry: [RecordKey: (vehicle: String, time: Int64)] = [:]
+    /// The newest fix each vehicle had accepted, or that Fleet Engine was found to hold, as
+    /// far as the state was told while owning the vehicle's partition.
+    private var newestKnown: [String: Int64] = [:]
+    /// What Fleet Engine holds, whoever sent it: the live location a read finds.
+    private var fleetEngineHolds: [String: Int64] = [:]
+    /// Records of requests abandoned in a revoke: unfinished for the next owner.
+    private var abandoned: Set<RecordKey> = []
+    private var finished: Set<RecordKey> = []
+    private var endings: [RecordKey: Int] = [:]
+    private var consumed: [RecordKey] = []
+    private var violations: [String] = []
+
+    struct RecordKey: Hashable, CustomStringConvertible {
+        let partition: Int32
+        let offset: Int64
+        let generation: UInt64
+        var description: String { "p\(partition)/\(offset)#\(generation)" }
+    }
+
+    init() {
+        now = start
+        state = PipelineState(limits: .init(pastLocations: 3, maximumPendingRecords: 30,
+                                            retryPolicy: RetryPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(2))),
+                              now: start)
+        assign((0..<Int32(Self.partitionCount)).map { $0 })
+    }
+
+    private func partition(_ number: Int32) -> TopicPartition { TopicPartition(topic: "t", partition: number) }
+
+    private func key(_ source: RecordSource) -> RecordKey {
+        RecordKey(partition: source.topicPartition.partition, offset: source.offset, generation: source.generation)
+    }
+
+    private func source(partition number: Int32) -> RecordSource? {
+        guard let generation = generations[number] else { return nil }
+        let offset = nextOffset[number, default: 0]
+        nextOffset[number] = offset + 1
+        return RecordSource(KafkaRecord(topic: "t", partition: number, offset: offset, key: nil, value: [],
+                                        assignmentGeneration: generation))
+    }
+
+    // MARK: Steps
+
+    func apply(_ step: PipelineStep) {
+        switch step {
+        case .fix(let vehicle, let time):
+            let number = Int32(vehicle % Self.partitionCount)
+            guard let source = source(partition: number) else { return }
+            let update = LocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "v\(vehicle)"),
+                                        fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: time))
+            consume(.fix(PendingFix(update: update, source: source)))
+        case .bad(let number):
+            guard let source = source(partition: Int32(number)) else { return }
+            consume(.bad(source, reason: "not_json", detail: ""))
+        case .skipped(let number):
+            guard let source = source(partition: Int32(number)) else { return }
+            consume(.skipped(source))
+        case .work:
+            nextWorker += 1
+            waiting.insert(nextWorker)
+            observe(state.requestWork(nextWorker, now: now))
+        case .accept(let index):
+            guard let request = takeRequest(index) else { return }
+            complete(request, forwarded(request))
+        case .reject(let index):
+            guard let request = takeRequest(index) else { return }
+            complete(request, Delivery(outcome: .rejected(reason: "invalid_argument", detail: "")))
+        case .retry(let index, let signer):
+            guard let request = takeRequest(index) else { return }
+            let failure = TransientFailure(cause: signer ? TransientFailure.signerCause : "http_503", detail: "")
+            complete(request, Delivery(outcome: .retry(failure)))
+        case .liveCheckFindsNewer(let index, let by):
+            guard !inFlight.isEmpty, inFlight[index % inFlight.count].liveCheckEpoch != nil,
+                  let request = takeRequest(index) else { return }
+            let newest = request.update.lastLocation.recordedAtMilliseconds + by
+            complete(request, Delivery(outcome: .stale, newestKnownMilliseconds: newest, liveChecked: true))
+        case .writeDeadLetter(let index):
+            guard !deadLetters.isEmpty else { return }
+            let order = deadLetters.remove(at: index % deadLetters.count)
+            let ending = state.owns(order.source)
+            observe(state.deadLetterWritten(order.source, now: now))
+            if ending { end(key(order.source)) }
+        case .advance(let milliseconds):
+            now += .milliseconds(milliseconds)
+            observe(state.deadlineReached(now: now))
+        case .answerCommit(let failed):
+            guard !commitsUnderWay.isEmpty else { return }
+            let order = commitsUnderWay.removeFirst()
+            observe(state.commitAnswered(order, failure: failed ? "refused" : nil, now: now))
+        case .revoke(let number, let waitsForWork):
+            revoke(Int32(number), waitsForWork: waitsForWork)
+        case .assign(let number):
+            guard generations[Int32(number)] == nil else { return }
+            assign([Int32(number)])
+        }
+    }
+
+    private func consume(_ record: ConsumedRecord) {
+        let recordKey = key(record.source)
+        consumed.append(recordKey)
+        let actions = state.consume([record], now: now)
+        if case .skipped = record { end(recordKey) }
+        observe(actions)
+    }
+
+    /// What the forwarder makes of a request Fleet Engine would accept: one whose live
+    /// location is read first and found at or past its newest fix sends nothing (stale).
+    private func forwarded(_ request: CoalescedRequest) -> Delivery {
+        let newest = request.update.lastLocation.recordedAtMilliseconds
+        guard request.liveCheckEpoch != nil else { return Delivery(outcome: .accepted, newestKnownMilliseconds: newest) }
+        let live = fleetEngineHolds[request.update.vehicle.id] ?? .min
+        return live >= newest
+            ? Delivery(outcome: .stale, newestKnownMilliseconds: live, liveChecked: true)
+            : Delivery(outcome: .accepted, newestKnownMilliseconds: newest, liveChecked: true)
+    }
+
+    private func takeRequest(_ index: Int) -> CoalescedRequest? {
+        inFlight.isEmpty ? nil : inFlight.remove(at: index % inFlight.count)
+    }
+
+    private func complete(_ request: CoalescedRequest, _ delivery: Delivery) {
+        let owned = request.sources.allSatisfy(state.owns)
+        let actions = state.complete(request, delivery, now: now, random: { $0.lowerBound })
+        let vehicle = request.update.vehicle.id
+        if delivery.outcome == .accepted {
+            fleetEngineHolds[vehicle] = max(fleetEngineHolds[vehicle] ?? .min, request.update.lastLocation.recordedAtMilliseconds)
+        }
+        if owned, let newest = delivery.newestKnownMilliseconds {
+            newestKnown[vehicle] = max(newestKnown[vehicle] ?? .min, newest)
+            // Held fixes Fleet Engine is now known to be past end as stale.
+            for (held, fix) in heldForRetry where fix.vehicle == vehicle && fix.time <= newest {
+                heldForRetry[held] = nil
+                end(held)
+            }
+        }
+        guard owned else {
+            observe(actions)
+            return
+        }
+        switch delivery.outcome {
+        case .accepted, .stale:
+            for source in request.sources { end(key(source)) }
+        case .retry:
+            for fix in [request.newest] + request.carried {
+                heldForRetry[key(fix.source)] = (vehicle, fix.update.fix.recordedAtMilliseconds)
+            }
+        case .rejected:
+            break  // dead letters ordered
+        case .abandoned:
+            for source in request.sources { abandoned.insert(key(source)) }
+        }
+        observe(actions)
+    }
+
+    private func revoke(_ number: Int32, waitsForWork: Bool) {
+        guard generations[number] != nil else { return }
+        let revoked = [partition(number)]
+        state.beginRevoke(revoked)
+        if waitsForWork {
+            let underWay = inFlight.filter { $0.sources.contains { $0.topicPartition.partition == number } }
+            inFlight.removeAll { $0.sources.contains { $0.topicPartition.partition == number } }
+            for (index, request) in underWay.enumerated() {
+                complete(request, index % 2 == 0 ? forwarded(request) : Delivery(outcome: .abandoned))
+            }
+        }
+        let (offsets, actions) = state.finishRevoke(revoked)
+        for offset in offsets { checkCommit(offset, what: "the revoke's final commit") }
+        generations[number] = nil
+        heldForRetry = heldForRetry.filter { $0.key.partition != number }
+        deadLetters.removeAll { $0.source.topicPartition.partition == number }
+        observe(actions)
+    }
+
+    private func assign(_ numbers: [Int32]) {
+        nextGeneration += 1
+        for number in numbers { generations[number] = nextGeneration }
+        observe(state.assign(numbers.map(partition), generation: nextGeneration))
+    }
+
+    private func observe(_ actions: PipelineActions<Int>) {
+        for (worker, request) in actions.resume {
+            guard waiting.remove(worker) != nil else {
+                violations.append("worker \(worker) resumed twice")
+                continue
+            }
+            guard let request else { continue }
+            handOut(request)
+        }
+        deadLetters += actions.deadLetters
+        if let change = actions.pause { announcedWish = change.wish }
+        if let order = actions.commit {
+            for offset in order.offsets { checkCommit(offset, what: "a commit order") }
+            commitsUnderWay.append(order)
+        }
+        // A bad record's dead letter is ordered as it is consumed.
+    }
+
+    private func handOut(_ request: CoalescedRequest) {
+        let vehicle = request.update.vehicle.id
+        let times = request.update.pastLocations.map(\.recordedAtMilliseconds) + [request.update.lastLocation.recordedAtMilliseconds]
+        // A request whose live location is read first is checked by that read (the forwarder's job).
+        if request.liveCheckEpoch == nil, let newest = newestKnown[vehicle], let oldest = times.min(), oldest <= newest {
+            violations.append("\(vehicle) is sent a fix at \(oldest), not after the \(newest) it already has: \(times)")
+        }
+        if times != times.sorted() { violations.append("\(vehicle)'s fixes are not oldest first: \(times)") }
+        for source in request.sources {
+            let recordKey = key(source)
+            if finished.contains(recordKey) { violations.append("\(recordKey) is sent after it finished") }
+            if inFlight.contains(where: { $0.sources.contains { key($0) == recordKey } }) {
+                violations.append("\(recordKey) is in two requests at once")
+            }
+            heldForRetry[recordKey] = nil
+        }
+        inFlight.append(request)
+    }
+
+    private func end(_ recordKey: RecordKey) {
+        endings[recordKey, default: 0] += 1
+        finished.insert(recordKey)
+    }
+
+    // MARK: Promises
+
+    /// Records whose partition is assigned under their generation and that are certainly not finished.
+    private var knownUnfinished: [RecordKey] {
+        let current = { (recordKey: RecordKey) in self.generations[recordKey.partition] == recordKey.generation }
+        return (inFlight.flatMap { $0.sources.map(key) } + heldForRetry.keys + deadLetters.map { key($0.source) } + abandoned)
+            .filter(current)
+    }
+
+    private func checkCommit(_ offset: TopicPartitionOffset, what: String) {
+        let number = offset.topicPartition.partition
+        guard let lowest = knownUnfinished.filter({ $0.partition == number }).map(\.offset).min() else { return }
+        if offset.offset > lowest {
+            violations.append("\(what) at \(offset) passes the unfinished record p\(number)/\(lowest)")
+        }
+    }
+
+    func brokenPromise() -> String? {
+        for offset in state.offsetsToCommit() { checkCommit(offset, what: "the committable offset") }
+        for (partition, committed) in state.lastCommittedOffsets {
+            checkCommit(TopicPartitionOffset(partition, offset: committed), what: "the committed offset")
+        }
+        let share = max(1, 30 / max(1, generations.count))
+        let wish = state.pauseWish
+        for (partition, unfinished) in state.unfinishedPerPartition {
+            if unfinished >= share, !wish.contains(partition) {
+                violations.append("\(partition) holds \(unfinished) unfinished records, its share \(share), and is not paused")
+            }
+            if unfinished <= share / 2, wish.contains(partition) {
+                violations.append("\(partition) holds \(unfinished) unfinished records, half its share or less, and stays paused")
+            }
+        }
+        if announcedWish != wish {
+            violations.append("the announced pause wish \(announcedWish.map(\.description).sorted()) is not the state's \(wish.map(\.description).sorted())")
+        }
+        if let twice = endings.first(where: { $0.value > 1 }) { violations.append("\(twice.key) ended \(twice.value) times") }
+        return violations.first
+    }
+
+    /// Answers everything still under way, writes every dead letter and lets the deadlines pass.
+    func drain() {
+        for _ in 0..<200 {
+            while let order = deadLetters.popLast() {
+                let ending = state.owns(order.source)
+                observe(state.deadLetterWritten(order.source, now: now))
+                if ending { end(key(order.source)) }
+            }
+            while let request = inFlight.popLast() { complete(request, forwarded(request)) }
+            while let order = commitsUnderWay.popLast() { observe(state.commitAnswered(order, failure: nil, now: now)) }
+            now += .seconds(5)
+            observe(state.deadlineReached(now: now))
+            nextWorker += 1
+            waiting.insert(nextWorker)
+            observe(state.requestWork(nextWorker, now: now))
+            if inFlight.isEmpty, deadLetters.isEmpty, state.queuedFixes == 0, state.unfinishedRecords == 0 { break }
+        }
+    }
+
+    func brokenEndPromise() -> String? {
+        guard state.unfinishedRecords == 0 else { return "\(state.unfinishedRecords) records never finished" }
+        let committable = Dictionary(uniqueKeysWithValues: state.offsetsToCommit().map { ($0.topicPartition.partition, $0.offset) })
+        for (number, generation) in generations {
+            let records = consumed.filter { $0.partition == number && $0.generation == generation }
+            guard let last = records.map(\.offset).max() else { continue }
+            let position = committable[number] ?? state.lastCommittedOffsets[partition(number)]
+            if position != last + 1 { return "p\(number) commits at \(position.map(String.init) ?? "nothing"), not \(last + 1)" }
+            // Each record of the current assignment ended once: a stale fix dropped as it came
+            // in ends without passing the model, so only more than once is counted.
+        }
+        return nil
+    }
+}
