@@ -106,12 +106,19 @@ public enum BuiltInFormat: String, CaseIterable, Sendable {
     private static let debeziumText = """
         # Debezium change events of a table with the native event's columns (vehicle_id, lat,
         # lng, recorded_at, ...), through the JSON converter with or without schemas. The row is
-        # the event's "after"; deletes, truncates and the tombstones after deletes are skipped.
-        # recorded_at as timestamptz arrives as RFC 3339 text (ZonedTimestamp), as timestamp(3)
-        # as epoch milliseconds: both are read (format: auto). Key the topic by vehicle
-        # (message.key.columns), so that one vehicle's rows stay in one partition, in order:
-        # keyed by row id, a fix read after a newer one of its vehicle counts as stale.
+        # the event's "after" for snapshot reads (r), inserts (c) and updates (u); deletes,
+        # truncates and the tombstones after deletes are skipped.
+        # With schemas (schemas.enable=true, the converter's default) each column's semantic type
+        # is read from the schema: a timestamp column's MicroTimestamp (Debezium's default for
+        # PostgreSQL timestamp), NanoTimestamp or Timestamp, a timestamptz's ZonedTimestamp,
+        # and numeric columns as Decimal (decimal.handling.mode=precise, the default).
+        # Without schemas the values must say it alone: set time.precision.mode=connect
+        # (timestamps in milliseconds) and decimal.handling.mode=double, or copy this format
+        # with `fleet-relay mapping show debezium` and name the unit (format: epoch-micros).
+        # Key the topic by vehicle (message.key.columns), so that one vehicle's rows stay in one
+        # partition, in order: keyed by row id, a fix read after a newer one counts as stale.
         envelope: [ payload.after, after ]
+        connect_schema: true
         skip:
           - { empty_value: true }
           - { path: payload.op, in: [ d, t ] }

@@ -61,7 +61,9 @@ extension InputMapping {
     private func unwrap(_ document: JSONValue) throws(Rejection) -> JSONValue {
         guard !envelope.isEmpty else { return document }
         for path in envelope {
-            if let inner = path.value(in: document), case .object = inner { return inner }
+            if let inner = path.value(in: document), case .object = inner {
+                return readsConnectSchema ? ConnectSchema.normalize(inner, at: path, in: document) : inner
+            }
         }
         let paths = envelope.map(\.description).joined(separator: " or ")
         throw Rejection(reason: .missingField, detail: "The envelope \(paths) holds no object.")

@@ -115,6 +115,9 @@ public struct InputMapping: Sendable {
     var sources: [Field: Source] = [:]
     var coordinates: Coordinates?
     var keyMustMatch = false
+    /// Values come from Kafka Connect's JSON converter with schemas: the envelope's fields
+    /// with a semantic type (Debezium's timestamps, decimals) are read by it (`ConnectSchema`).
+    var readsConnectSchema = false
 
     init(name: String) {
         self.name = name

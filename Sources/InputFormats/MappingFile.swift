@@ -18,6 +18,7 @@ public struct MappingError: Error, Sendable, CustomStringConvertible, Equatable 
 ///
 /// ```yaml
 /// envelope: payload.after            # optional: fields are read inside this object
+/// connect_schema: true               # optional: read the envelope's semantic types from "schema"
 /// key_must_match: false              # optional: the record key must equal vehicle_id
 /// skip:                              # optional: records left out (committed, counted)
 ///   - { path: payload.op, equals: d }
@@ -74,7 +75,7 @@ public enum MappingFile {
 private struct Reader {
     var mapping: InputMapping
 
-    static let topKeys = ["description", "envelope", "key_must_match", "skip", "fields", "coordinates"]
+    static let topKeys = ["description", "envelope", "key_must_match", "connect_schema", "skip", "fields", "coordinates"]
     static let originKeys = ["path", "key", "header", "timestamp", "constant", "first_of"]
 
     mutating func read(_ root: Node) throws(MappingError) {
@@ -85,6 +86,9 @@ private struct Reader {
             mapping.envelope = try paths.map { node throws(MappingError) in try Self.path(node, at: "envelope") }
         }
         if let keyMustMatch = top["key_must_match"] { mapping.keyMustMatch = try Self.flag(keyMustMatch, at: "key_must_match") }
+        if let connectSchema = top["connect_schema"] {
+            mapping.readsConnectSchema = try Self.flag(connectSchema, at: "connect_schema")
+        }
         if let skip = top["skip"] {
             guard let rules = skip.sequence else { throw Self.error(skip, "skip", "must be a list of rules") }
             mapping.skipRules = try rules.enumerated().map { index, rule throws(MappingError) in

@@ -41,8 +41,11 @@ import Testing
         (key.map { Array($0.utf8) }, Array(json.utf8))
     }
 
-    /// `2026-11-22T22:00:00.123+01:00`: Jackson's ISO 8601 as Traccar writes dates, an hour east.
-    static func jacksonTime(_ milliseconds: Int64) -> String {
+    /// `2026-11-22T22:00:00.123+01:00`: Jackson's ISO 8601 as Traccar writes dates, an hour east;
+    /// or `2026-11-22T21:00:00.123+0000`, the offset without a colon, as Traccar's own
+    /// `yyyy-MM-dd'T'HH:mm:ss.SSSZ` date format writes UTC.
+    static func jacksonTime(_ milliseconds: Int64, colonlessUTC: Bool = false) -> String {
+        if colonlessUTC { return String(RFC3339.format(milliseconds: milliseconds).dropLast()) + "+0000" }
         let utc = RFC3339.format(milliseconds: milliseconds + 3_600_000)
         return String(utc.dropLast()) + "+01:00"
     }
@@ -55,18 +58,23 @@ import Testing
                 record(String(100 + number / 2), """
                     {"position":{"id":\(number),"deviceId":\(100 + number / 2),"protocol":"teltonika",
                     "serverTime":"\(jacksonTime(fix.milliseconds + 900))","deviceTime":"\(jacksonTime(fix.milliseconds))",
-                    "fixTime":"\(jacksonTime(fix.milliseconds))","outdated":false,"valid":true,"latitude":\(fix.latitude),
+                    "fixTime":"\(jacksonTime(fix.milliseconds, colonlessUTC: number % 2 == 1))","outdated":false,"valid":true,"latitude":\(fix.latitude),
                     "longitude":\(fix.longitude),"altitude":0.0,"speed":\(fix.speedMetersPerSecond * 3600 / 1852),
                     "course":\(fix.heading).0,"accuracy":0.0,"network":null,"geofenceIds":null,"attributes":{"ignition":true}},
                     "device":{"id":\(100 + number / 2),"name":"Truck","uniqueId":"\(fix.vehicle)","status":"online"}}
                     """)
             } + [record("100", #"{"position":{"deviceId":100,"valid":false,"outdated":false,"latitude":0,"longitude":0,"fixTime":"2026-11-22T22:00:09.000+01:00"},"device":{"id":100,"uniqueId":"truck-0"}}"#)]
         case .owntracks:
-            fixes.map { fix in
-                // OwnTracks topics are owntracks/USER/DEVICE: owntracks/truck/0 is vehicle truck-0.
-                record("owntracks/" + fix.vehicle.replacingOccurrences(of: "-", with: "/"), """
+            fixes.enumerated().map { number, fix in
+                // OwnTracks topics are owntracks/USER/DEVICE: owntracks/truck/0 is vehicle truck-0. Every
+                // other record carries it as the payload's `topic` (HTTP mode, most bridges) and has no key;
+                // the fields are those of the booklet's _type=location.
+                let topic = "owntracks/" + fix.vehicle.replacingOccurrences(of: "-", with: "/")
+                let topicField = number % 2 == 1 ? #","topic":"\#(topic)""# : ""
+                return record(number % 2 == 1 ? nil : topic, """
                     {"_type":"location","tid":"TR","lat":\(fix.latitude),"lon":\(fix.longitude),"tst":\(fix.milliseconds / 1000),
-                    "vel":\(Int(fix.speedMetersPerSecond * 3.6)),"cog":\(fix.heading),"acc":5,"batt":80,"conn":"m","m":1}
+                    "created_at":\(fix.milliseconds / 1000 + 2),"vel":\(Int(fix.speedMetersPerSecond * 3.6)),"cog":\(fix.heading),
+                    "acc":5,"alt":35,"vac":3,"batt":80,"bs":1,"conn":"m","m":1,"t":"u","inregions":["depot"]\(topicField)}
                     """)
             } + [record("owntracks/truck/0", #"{"_type":"lwt","tst":1795381100}"#),
                  record("owntracks/truck/1", #"{"_type":"transition","event":"leave","tst":1795381100,"wtst":1}"#)]
@@ -81,13 +89,17 @@ import Testing
         case .debezium:
             fixes.enumerated().map { number, fix in
                 let time = String(RFC3339.format(milliseconds: fix.milliseconds).dropLast()) + "456Z"  // microseconds, as ZonedTimestamp
+                // A snapshot read (r), an insert (c) and an update (u, with the row before) in turn.
+                let op = ["r", "c", "u"][number % 3]
+                let before = op == "u" ? #"{"id":\#(number),"vehicle_id":"\#(fix.vehicle)","lat":0,"lng":0,"recorded_at":"2026-01-01T00:00:00Z"}"# : "null"
                 // Keyed by vehicle (Debezium's message.key.columns), so one vehicle's rows share a partition.
                 return record(#"{"schema":{"type":"struct"},"payload":{"vehicle_id":"\#(fix.vehicle)"}}"#, """
                     {"schema":{"type":"struct","name":"fleet.public.locations.Envelope","optional":false},
-                    "payload":{"before":null,"after":{"id":\(number),"vehicle_id":"\(fix.vehicle)","lat":\(fix.latitude),
+                    "payload":{"before":\(before),"after":{"id":\(number),"vehicle_id":"\(fix.vehicle)","lat":\(fix.latitude),
                     "lng":\(fix.longitude),"recorded_at":"\(time)","speed_mps":\(fix.speedMetersPerSecond),"heading":\(fix.heading)},
-                    "source":{"version":"2.7.0.Final","connector":"postgresql","name":"fleet","db":"fleet","table":"locations"},
-                    "op":"c","ts_ms":\(fix.milliseconds + 40),"transaction":null}}
+                    "source":{"version":"2.7.0.Final","connector":"postgresql","name":"fleet","db":"fleet","table":"locations",
+                    "snapshot":"\(op == "r" ? "true" : "false")"},
+                    "op":"\(op)","ts_ms":\(fix.milliseconds + 40),"transaction":null}}
                     """)
             } + [record(#"{"payload":{"vehicle_id":"truck-0"}}"#, #"{"schema":{},"payload":{"before":{"id":0},"after":null,"op":"d","ts_ms":1795381299000}}"#),
                  (Array(#"{"payload":{"vehicle_id":"truck-0"}}"#.utf8), [])]
@@ -107,7 +119,9 @@ import Testing
 
     @Test(arguments: [BuiltInFormat.traccar, .owntracks, .geojson, .debezium])
     func productRecordsArriveAsTheirFixes(_ format: BuiltInFormat) async throws {
-        let harness = try await RelayHarness(partitions: 2)
+        // OwnTracks records without a key (their topic in the payload) land on any partition: one
+        // partition keeps each vehicle's fixes in order.
+        let harness = try await RelayHarness(partitions: format == .owntracks ? 1 : 2)
         // OwnTracks times are whole seconds.
         let fixes = Self.fixes(wholeSeconds: format == .owntracks)
         let records = Self.records(format, fixes)
@@ -154,5 +168,76 @@ import Testing
         try await eventually("both are committed") { try await harness.committedToTheEnd(group: "format-bad") }
         try await running.stop()
         await harness.shutdown()
+    }
+}
+
+extension InputFormatEndToEndTests {
+    /// A Debezium row of PostgreSQL with Debezium's defaults and the converter's schemas:
+    /// `timestamp` as MicroTimestamp (integer microseconds), `numeric(9,6)` coordinates as
+    /// Decimal (base64 unscaled bytes, the scale in the schema). Read without the schema the
+    /// microseconds would be milliseconds 1,000 times too late and the coordinates text.
+    @Test func debeziumWithSchemasIsReadByItsSemanticTypes() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let fixes = Self.fixes(wholeSeconds: false)
+        let records = fixes.enumerated().map { number, fix in
+            Self.record(#"{"payload":{"vehicle_id":"\#(fix.vehicle)"}}"#, Self.debeziumWithSchema(fix, id: number, op: ["r", "c", "u"][number % 3]))
+        }
+        try await harness.produce(records)
+        let running = try harness.startRelay(group: "debezium-schemas") { $0.inputMapping = BuiltInFormat.debezium.mapping }
+        try await eventually("every fix reached the emulator at its time") {
+            fixes.allSatisfy { fix in
+                harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: fix.vehicle))?.receivedFixTimes.contains(fix.milliseconds) ?? false
+            }
+        }
+        #expect(running.relay.statistics.snapshot.deadLettered == 0)
+        for newest in Dictionary(grouping: fixes, by: \.vehicle).values.compactMap({ $0.max { $0.milliseconds < $1.milliseconds } }) {
+            let held = try #require(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: newest.vehicle))).lastLocation
+            // numeric(9,6): the decimal's value, to its six places.
+            #expect(abs((held["supplementalLocation"]?["latitude"]?.numberValue ?? 0) - newest.latitude) < 1e-9)
+            #expect(abs((held["supplementalLocation"]?["longitude"]?.numberValue ?? 0) - newest.longitude) < 1e-9)
+        }
+        try await running.stop()
+        await harness.shutdown()
+    }
+
+    /// The row as Debezium's JSON converter writes it with schemas enabled.
+    static func debeziumWithSchema(_ fix: Fix, id: Int, op: String) -> String {
+        let micros = fix.milliseconds * 1000 + 456
+        let row = #"""
+            {"id":\#(id),"vehicle_id":"\#(fix.vehicle)","lat":"\#(decimalBase64(fix.latitude, scale: 6))",\#
+            "lng":"\#(decimalBase64(fix.longitude, scale: 6))","recorded_at":\#(micros),"speed_mps":\#(fix.speedMetersPerSecond),\#
+            "heading":\#(fix.heading)}
+            """#
+        let columns = #"""
+            [{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"vehicle_id"},\#
+            {"type":"bytes","optional":false,"name":"org.apache.kafka.connect.data.Decimal","version":1,\#
+            "parameters":{"scale":"6","connect.decimal.precision":"9"},"field":"lat"},\#
+            {"type":"bytes","optional":false,"name":"org.apache.kafka.connect.data.Decimal","version":1,\#
+            "parameters":{"scale":"6","connect.decimal.precision":"9"},"field":"lng"},\#
+            {"type":"int64","optional":false,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"recorded_at"},\#
+            {"type":"double","optional":true,"field":"speed_mps"},{"type":"int32","optional":true,"field":"heading"}]
+            """#
+        return #"""
+            {"schema":{"type":"struct","fields":[\#
+            {"type":"struct","fields":\#(columns),"optional":true,"name":"fleet.public.locations.Value","field":"before"},\#
+            {"type":"struct","fields":\#(columns),"optional":true,"name":"fleet.public.locations.Value","field":"after"},\#
+            {"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"}],\#
+            "optional":false,"name":"fleet.public.locations.Envelope","version":2},\#
+            "payload":{"before":null,"after":\#(row),"op":"\#(op)","ts_ms":\#(fix.milliseconds + 40)}}
+            """#
+    }
+
+    /// The unscaled value of `value` at `scale`, as big-endian two's-complement bytes in base64.
+    static func decimalBase64(_ value: Double, scale: Int) -> String {
+        var unscaled = Int64((value * pow(10, Double(scale))).rounded())
+        var bytes: [UInt8] = []
+        repeat {
+            bytes.insert(UInt8(truncatingIfNeeded: unscaled), at: 0)
+            unscaled >>= 8
+        } while unscaled != 0 && unscaled != -1
+        if (unscaled == 0 && bytes[0] & 0x80 != 0) || (unscaled == -1 && bytes[0] & 0x80 == 0) {
+            bytes.insert(unscaled == 0 ? 0 : 0xFF, at: 0)
+        }
+        return Data(bytes).base64EncodedString()
     }
 }

@@ -2,6 +2,7 @@ import FleetAuth
 import FleetEngine
 import Foundation
 import InputFormats
+import JSON
 import Testing
 
 /// Mappings and built-in formats on records shaped as the products emit them: the event
@@ -228,7 +229,7 @@ import Testing
     // MARK: Mapping files
 
     @Test(arguments: [
-        ("fieldz: {}", "line 1: fieldz: unknown key (one of description, envelope, key_must_match, skip, fields, coordinates)"),
+        ("fieldz: {}", "line 1: fieldz: unknown key (one of description, envelope, key_must_match, connect_schema, skip, fields, coordinates)"),
         ("fields: { vehicle_id: v, lat: a, lng: b }", "line 1: fields.recorded_at: is missing: the event needs it"),
         ("fields: { vehicle_id: v, lat: a, lng: b, recorded_at: t, speed: s }",
          "line 1: fields.speed: unknown field (one of vehicle_id, lat, lng, recorded_at, heading, speed_mps, accuracy_m, altitude_m, sensor, kind)"),
@@ -257,5 +258,61 @@ import Testing
         for format in BuiltInFormat.allCases {
             #expect(throws: Never.self) { try MappingFile.parse(format.mappingText, name: format.rawValue) }
         }
+    }
+}
+
+extension InputMappingTests {
+    /// One Debezium row with schemas, its `recorded_at` and `lat` of the semantic types given.
+    func debeziumRow(time: (semantic: String, type: String, value: String),
+                     latitude: (semantic: String?, parameters: String?, value: String)) -> String {
+        let latitudeSchema = latitude.semantic.map { #""name":"\#($0)","type":"\#($0.hasSuffix("VariableScaleDecimal") ? "struct" : "bytes")","#
+            + (latitude.parameters.map { #""parameters":\#($0),"# } ?? "") } ?? #""type":"double","#
+        let columns = #"""
+            [{"type":"string","field":"vehicle_id"},{\#(latitudeSchema)"field":"lat"},{"type":"double","field":"lng"},\#
+            {"type":"\#(time.type)","name":"\#(time.semantic)","field":"recorded_at"}]
+            """#
+        return #"""
+            {"schema":{"type":"struct","fields":[{"type":"struct","fields":\#(columns),"field":"after"},\#
+            {"type":"string","field":"op"}]},"payload":{"after":{"vehicle_id":"dv-1","lat":\#(latitude.value),"lng":2.29,\#
+            "recorded_at":\#(time.value)},"op":"c"}}
+            """#
+    }
+
+    /// Each of Debezium's temporal types and both decimal forms read through the schema; the
+    /// microseconds a schema-less read would take for milliseconds are rejected as out of range.
+    @Test func debeziumSemanticTypesAreReadFromTheSchema() throws {
+        let debezium = decoder(.debezium)
+        let instant: Int64 = 1_795_381_200_123  // 2026-11-22T21:00:00.123Z
+        let times: [(String, String, String)] = [
+            ("io.debezium.time.MicroTimestamp", "int64", String(instant * 1000 + 456)),
+            ("io.debezium.time.NanoTimestamp", "int64", String(instant * 1_000_000 + 456_789)),
+            ("io.debezium.time.Timestamp", "int64", String(instant)),
+            ("org.apache.kafka.connect.data.Timestamp", "int64", String(instant)),
+            ("io.debezium.time.ZonedTimestamp", "string", #""2026-11-22T21:00:00.123456Z""#),
+        ]
+        for time in times {
+            let row = debeziumRow(time: time, latitude: (nil, nil, "48.8583"))
+            #expect(try update(debezium.decode(record(row))).fix.recordedAtMilliseconds == instant, "\(time.0)")
+        }
+        // numeric(9,6) 48.858300 and -33.856784: unscaled 48858300 and -33856784, big-endian; 488583 at scale 4.
+        let decimals: [(String, String?, String, Double)] = [
+            ("org.apache.kafka.connect.data.Decimal", #"{"scale":"6"}"#, #""AumEvA==""#, 48.8583),
+            ("org.apache.kafka.connect.data.Decimal", #"{"scale":"6"}"#, #""/fti8A==""#, -33.856784),
+            ("io.debezium.data.VariableScaleDecimal", nil, #"{"scale":4,"value":"B3SH"}"#, 48.8583),
+        ]
+        for (semantic, parameters, value, expected) in decimals {
+            let row = debeziumRow(time: times[2], latitude: (semantic, parameters, value))
+            let latitude = try update(debezium.decode(record(row))).fix.latitude
+            #expect(abs(latitude - expected) < 1e-9, "\(semantic) \(value): \(latitude)")
+        }
+
+        // Without the schema, MicroTimestamp's microseconds are read as milliseconds: far in the future.
+        var schemaless = try JSONParser.parse(Array(debeziumRow(time: times[0], latitude: (nil, nil, "48.8583")).utf8))
+        if case .object(var document) = schemaless { document["schema"] = nil; schemaless = .object(document) }
+        guard case .rejected(let rejection) = debezium.decode(record(schemaless.serialized())) else {
+            Issue.record("microseconds read as milliseconds were accepted")
+            return
+        }
+        #expect(rejection.detail.contains("recorded_at"), "\(rejection.detail)")
     }
 }

@@ -1,3 +1,4 @@
+import FleetEngineEmulator
 import Foundation
 import Kafka
 import Testing
@@ -45,5 +46,47 @@ import Testing
         let result = await relay.finish()
         #expect(result.stderr.contains("http://<credentials>@127.0.0.1:1/token"), "\(result.stderr.prefix(3000))")
         #expect(!(result.stderr + result.stdout + metrics).contains(sentinel))
+    }
+}
+
+extension SecretsInErrorsTests {
+    /// `fleet-relay run` given a SASL password, Schema Registry credentials and proxy
+    /// credentials, each a sentinel, at debug level: Kafka refuses the SASL handshake and the
+    /// registry is asked for a schema, so errors about both are logged; no log line, error,
+    /// metric or readiness answer holds any sentinel.
+    @Test func sentinelSecretsAppearNowhere() async throws {
+        let sasl = "sentinel-sasl-password-3b9d"
+        let registryPassword = "sentinel-registry-password-a41f"
+        let proxyPassword = "sentinel-proxy-password-e07c"
+        let harness = try await RelayHarness(partitions: 1)
+        let registry = SchemaRegistryEmulator(requiredCredentials: "relay:\(registryPassword)")
+        let registryServer = try await EmulatorHost.start([registry])
+        try await harness.produce([(nil, [0, 0, 0, 0, 5, 2, 4, 6])])  // framed for schema 5, which the registry lacks
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "secrets",
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--fleet-engine-url", harness.emulatorURL,
+            "--kafka-property", "security.protocol=SASL_PLAINTEXT", "--kafka-property", "sasl.mechanism=PLAIN",
+            "--kafka-property", "sasl.username=relay", "--kafka-property", "sasl.password=\(sasl)",
+            "--schema-registry", registryServer.baseURL, "--schema-registry-credentials", "relay:\(registryPassword)",
+            "--metrics-port", String(metricsPort), "--log-level", "debug", "--log-format", "json",
+        ], environment: ["HTTPS_PROXY": "http://relay:\(proxyPassword)@127.0.0.1:9", "NO_PROXY": "127.0.0.1"])
+        relay.watchLog()
+        var metrics = "", readiness = ""
+        try await eventually("the ops endpoint answers and Kafka's refusal is logged", timeout: .seconds(60)) {
+            guard let answer = try? await httpGet("http://127.0.0.1:\(metricsPort)/metrics") else { return false }
+            metrics = answer.body
+            readiness = (try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz").body) ?? ""
+            return relay.log.lowercased().contains("sasl")
+        }
+        relay.process.terminate()
+        let result = await relay.finish()
+        let everything = [relay.log, result.stderr, result.stdout, metrics, readiness].joined(separator: "\n")
+        #expect(everything.contains("sasl.password"), "the startup line names the property: \(relay.log.prefix(2000))")
+        for sentinel in [sasl, registryPassword, proxyPassword] {
+            #expect(!everything.contains(sentinel), "\(sentinel) leaked")
+        }
+        await registryServer.shutdown()
+        await harness.shutdown()
     }
 }
