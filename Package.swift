@@ -56,12 +56,15 @@ let package = Package(
                 "CRdKafka", "JSON", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            ],
+            exclude: ["RDKafka/MockCluster"]
         ),
         // librdkafka's in-process mock cluster, for tests, the bench and the demo.
         .target(
             name: "KafkaTesting",
-            dependencies: ["CRdKafkaMock", "Kafka", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["CRdKafkaMock", "Kafka", .product(name: "Logging", package: "swift-log")],
+            // Beside the other librdkafka calls, in a target of its own: never in the production binary.
+            path: "Sources/Kafka/RDKafka/MockCluster"
         ),
         .target(
             name: "FleetAuth",
