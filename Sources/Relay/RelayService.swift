@@ -141,12 +141,15 @@ public final class RelayService: Service, Sendable {
     }
 
     /// Reads records until graceful shutdown and hands each chunk, decoded, to the pipeline in one step.
+    /// Graceful shutdown cancels the whole loop, not only the wait for the next chunk: a chunk waiting
+    /// out a registry outage stops waiting too, and stays unregistered (uncommitted).
     private func ingest(_ consumer: KafkaConsumer) async {
-        for await chunk in consumer.records.cancelOnGracefulShutdown() {
-            health.recordRecordsConsumed()
-            // Waits out a registry outage; a shutdown meanwhile leaves the chunk unregistered (uncommitted).
-            guard let records = try? await intake.decode(chunk) else { break }
-            driver.consume(records)
+        await cancelWhenGracefulShutdown {
+            for await chunk in consumer.records {
+                self.health.recordRecordsConsumed()
+                guard let records = try? await self.intake.decode(chunk) else { break }
+                self.driver.consume(records)
+            }
         }
     }
 

@@ -107,6 +107,19 @@ final class RelayHarness: Sendable {
             try await task.value
             await client.shutdown()
         }
+
+        /// `stop()`, bounded: false when the relay still ran `limit` after graceful shutdown began
+        /// (it is then cancelled, so that the test ends and says so).
+        func stop(within limit: Duration) async -> Bool {
+            await withTaskGroup(of: Bool.self) { race in
+                race.addTask { try? await self.stop(); return true }
+                race.addTask { (try? await Task.sleep(for: limit)) == nil }
+                let stoppedInTime = await race.next() ?? false
+                if !stoppedInTime { task.cancel() }
+                race.cancelAll()
+                return stoppedInTime
+            }
+        }
     }
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,

@@ -105,12 +105,14 @@ import Testing
         }
 
         /// A relay reading framed values through this registry with `mapping` (nil: the native one).
-        func startRelay(group: String, mapping: String?) throws -> RelayHarness.RunningRelay {
+        func startRelay(group: String, mapping: String?,
+                        configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RelayHarness.RunningRelay {
             let inputMapping = try mapping.map { try MappingFile.parse($0, name: group) }
             let source = self.source
             return try harness.startRelay(group: group) {
                 $0.inputMapping = inputMapping
                 $0.schemaSource = source
+                configure(&$0)
             }
         }
     }
@@ -283,6 +285,29 @@ import Testing
             try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "outage") }
             #expect(running.relay.statistics.snapshot.deadLettered == 0)
             try await running.stop()
+        }
+    }
+
+    /// SIGTERM while records wait for a registry that is down: the relay stops within its
+    /// shutdown timeout instead of waiting for the registry, commits nothing, and the next
+    /// relay delivers every record once the registry is back.
+    @Test func aShutdownDuringARegistryOutageEndsAndLeavesTheRecordsUncommitted() async throws {
+        try await withRegistry { setup in
+            let harness = setup.harness
+            let fixes = Self.fixes(prefix: "stop", vehicles: 3)
+            try await setup.produce(fixes, try setup.serialize(fixes, kind: "avro"))
+            setup.registry.setAvailable(false)
+            let first = try setup.startRelay(group: "stop", mapping: Self.typedMapping) { $0.shutdownTimeout = .seconds(5) }
+            try await eventually("the relay asks the registry again") { setup.registry.statistics.refusedWhileDown >= 2 }
+            #expect(await first.stop(within: .seconds(60)), "graceful shutdown ended the relay while its records waited for the registry")
+            #expect(try await harness.committedOffsets(group: "stop").values.allSatisfy { $0 == nil }, "nothing committed")
+            #expect(harness.emulator.statistics.updateRequests == 0)
+
+            setup.registry.setAvailable(true)
+            let second = try setup.startRelay(group: "stop", mapping: Self.typedMapping)
+            try await eventually("every fix reached the emulator", timeout: .seconds(120)) { allReceived(fixes, harness.emulator) }
+            try await eventually("every record is committed") { try await harness.committedToTheEnd(group: "stop") }
+            try await second.stop()
         }
     }
 }
