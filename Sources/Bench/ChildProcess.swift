@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,6 +11,9 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
     let name: String
     let logPath: String?
     private let log: FileHandle?
+    /// The exit status once known, or whoever waits for it. From the termination handler: on Linux,
+    /// Foundation's `waitUntilExit` spins a core while the child runs, a core the relay measured needs.
+    private let exit = Mutex<(status: Int32?, waiters: [CheckedContinuation<Int32, Never>])>((nil, []))
 
     /// - Parameter logPath: where its stdout and stderr go (nil: discarded).
     init(name: String, executable: String, arguments: [String], logPath: String? = nil) throws {
@@ -25,6 +29,15 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
         }
         process.standardOutput = log ?? FileHandle.nullDevice
         process.standardError = log ?? FileHandle.nullDevice
+        process.terminationHandler = { [self] ended in
+            let status = ended.terminationStatus
+            let waiters = exit.withLock { exit in
+                exit.status = status
+                defer { exit.waiters = [] }
+                return exit.waiters
+            }
+            for waiter in waiters { waiter.resume(returning: status) }
+        }
         try process.run()
     }
 
@@ -52,7 +65,7 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
         return Double(line.split(separator: " ").dropFirst().first ?? "") ?? 0
     }
 
-    /// SIGTERM, then waits (on a thread of its own) for the exit status.
+    /// SIGTERM, then waits for the exit status.
     func stop() async -> Int32 {
         if process.isRunning { process.terminate() }
         return await waitForExit()
@@ -60,10 +73,11 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
 
     func waitForExit() async -> Int32 {
         await withCheckedContinuation { continuation in
-            Thread {
-                self.process.waitUntilExit()
-                continuation.resume(returning: self.process.terminationStatus)
-            }.start()
+            let known = exit.withLock { exit -> Int32? in
+                if exit.status == nil { exit.waiters.append(continuation) }
+                return exit.status
+            }
+            if let known { continuation.resume(returning: known) }
         }
     }
 }

@@ -39,6 +39,7 @@ extension IntegrationTests {
         let stderr = Pipe()
         private let seenOutput = Mutex("")
         private let seenLog = Mutex("")
+        private let exit: ProcessExit
 
         init(_ arguments: [String], environment: [String: String] = [:], binary: URL? = nil) throws {
             let tests = IntegrationTests.CommandLineTests.self
@@ -50,6 +51,7 @@ extension IntegrationTests {
             process.environment = env
             process.standardOutput = stdout
             process.standardError = stderr
+            exit = ProcessExit(of: process)
             try process.run()
         }
 
@@ -73,15 +75,13 @@ extension IntegrationTests {
 
         var log: String { seenLog.withLock { $0 } }
 
-        /// Waits for exit and the output, blocking only threads of its own: the
-        /// emulator in this process needs the cooperative pool meanwhile.
-        func finish() async -> Finished {
+        /// Waits for exit and the output, reading on threads of its own: the emulator in
+        /// this process needs the cooperative pool meanwhile. A process still running after
+        /// `limit` is killed and fails the test.
+        func finish(within limit: Duration = .seconds(300)) async -> Finished {
             async let out = Self.onOwnThread { String(decoding: self.stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
             async let err = Self.onOwnThread { String(decoding: self.stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-            let status = await Self.onOwnThread { () -> Int32 in
-                self.process.waitUntilExit()
-                return self.process.terminationStatus
-            }
+            let status = await process.exitStatus(exit, within: limit)
             return Finished(status: status, stdout: await out, stderr: await err)
         }
 

@@ -2,6 +2,7 @@ import Egress
 import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
+import FleetSimulator
 import Foundation
 import HTTPServing
 import JSON
@@ -303,33 +304,54 @@ extension TransportTests {
 extension TransportTests {
     static let proxySentinel = "sentinel-proxy-password-7c3a"
 
-    /// Fleet Engine and the token service, both over HTTPS, through a proxy that wants
-    /// credentials: with them everything is delivered through its tunnels; with wrong ones, or
-    /// through a proxy that refuses CONNECT, nothing is sent, /readyz names the proxy, and the
-    /// password appears in no log line, error or metric.
-    @Test(arguments: ["credentials", "wrong-credentials", "refusing"])
-    func theBinaryGoesThroughAProxyOrSaysWhyNot(_ setup: String) async throws {
+    /// Fleet Engine, the token service and the Schema Registry, all over HTTPS, through a proxy
+    /// that wants credentials: with them everything is delivered through its tunnels; with wrong
+    /// ones, or through a proxy that refuses CONNECT, nothing gets past it, the relay says so (for
+    /// JSON records the signer fails and /readyz names the proxy; for framed records the registry
+    /// cannot be asked and the log says why), and the password appears in no log line, error,
+    /// metric or readiness answer.
+    @Test(arguments: ["credentials", "wrong-credentials", "refusing"], ["json", "avro"])
+    func theBinaryGoesThroughAProxyOrSaysWhyNot(_ setup: String, _ input: String) async throws {
         let harness = try await RelayHarness(partitions: 1)
         let tokenService = TokenServiceEmulator(key: harness.key)
-        let tokenServer = try await EmulatorHost.start([tokenService], options: .init(tls: try harness.tls?.serverTLS()))
+        let registry = SchemaRegistryEmulator()
+        let peers = try await EmulatorHost.start([tokenService, registry], options: .init(tls: try harness.tls?.serverTLS()))
         let proxy = try await ConnectProxy.start(setup == "refusing" ? .refusing : .credentials(user: "relay", password: Self.proxySentinel))
         let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
-        try await harness.produce(generated.events.map(\.record))
+        if input == "avro" {
+            let encoder = AvroFixEncoder(schemaId: Int32(registry.register(subject: harness.topic + "-value", schema: AvroFixEncoder.schema)))
+            try await harness.produce(generated.events.map { event in
+                encoder.record(of: SimulatedFix(vehicleId: event.vehicle, latitude: event.latitude, longitude: event.longitude,
+                                                recordedAtMilliseconds: event.recordedAt, heading: 90, speedMetersPerSecond: 8.5,
+                                                accuracyMeters: 5))
+            }.map { (Optional($0.key), $0.value) })
+        } else {
+            try await harness.produce(generated.events.map(\.record))
+        }
         let password = setup == "wrong-credentials" ? "not-the-password" : Self.proxySentinel
         let metricsPort = try freeLoopbackPort()
         let relay = try IntegrationTests.CommandLineTests.RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "proxy-\(setup)",
-            "--signer", "token-service", "--token-url", tokenServer.baseURL + TokenServiceEmulator.path, "--provider", harness.key.projectId,
+            "--signer", "token-service", "--token-url", peers.baseURL + TokenServiceEmulator.path, "--provider", harness.key.projectId,
             "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000", "--fleet-engine-url", harness.emulatorURL,
             "--metrics-port", String(metricsPort), "--log-format", "text",
-        ], environment: ["HTTPS_PROXY": "http://relay:\(password)@127.0.0.1:\(proxy.port)", "NO_PROXY": "metadata.google.internal"])
+        ] + (input == "avro" ? ["--schema-registry", peers.baseURL] : []),
+            environment: ["HTTPS_PROXY": "http://relay:\(password)@127.0.0.1:\(proxy.port)", "NO_PROXY": "metadata.google.internal"])
         relay.watchLog()
         var metrics = ""
         if setup == "credentials" {
             try await harness.waitUntilEverythingIsDelivered(generated, group: "proxy-\(setup)")
             let targets = Set(proxy.tunnels)
-            #expect(targets == ["127.0.0.1:\(tokenServer.port)", harness.emulatorURL.split(separator: "/").last.map(String.init) ?? ""],
-                    "tunnels to the token service and Fleet Engine: \(targets)")
+            #expect(targets == ["127.0.0.1:\(peers.port)", harness.emulatorURL.split(separator: "/").last.map(String.init) ?? ""],
+                    "tunnels to the signer's and registry's host and to Fleet Engine: \(targets)")
+            if input == "avro" { #expect(registry.statistics.lookupsById >= 1, "the schema was fetched through the tunnel") }
+        } else if input == "avro" {
+            try await eventually("the log says the registry cannot be reached through the proxy", timeout: .seconds(60)) {
+                relay.log.split(separator: "\n").contains { $0.contains("Schema Registry") && $0.contains("proxy refused the tunnel") }
+            }
+            #expect(proxy.refusals >= 1 && proxy.tunnels.isEmpty)
+            #expect(registry.statistics.lookupsById == 0 && harness.emulator.statistics.requests == 0, "nothing got past the proxy")
+            #expect(try await harness.committedOffsets(group: "proxy-\(setup)").values.allSatisfy { $0 == nil }, "records wait uncommitted")
         } else {
             var readiness = ""
             let failing = { (body: String, check: String) in
@@ -359,7 +381,7 @@ extension TransportTests {
             #expect(!text.contains(Self.proxySentinel), "the proxy password is in the \(name)")
         }
         await proxy.shutdown()
-        await tokenServer.shutdown()
+        await peers.shutdown()
         await harness.shutdown()
     }
 }
