@@ -7,7 +7,7 @@ import Testing
 
 /// The relay through its binary against a Fleet Engine that keeps a project quota (a token
 /// bucket of one second; past it 429 without `Retry-After`) below what the relay would send.
-extension IntegrationTests {
+extension PipelineIntegrationTests {
     @Suite struct QuotaTests {
         static let quota = 300.0
 

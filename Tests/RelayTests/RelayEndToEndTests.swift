@@ -8,10 +8,15 @@ import Testing
 
 /// Tests against real peers (librdkafka's mock cluster, the emulator, the binary).
 /// Serialized, nested suites included: each runs a cluster, consumer groups and HTTP traffic.
+/// Two such chains run side by side (this and `PipelineIntegrationTests`): their tests mostly
+/// wait on their peers (a rebalance, a backoff, an outage), so one chain leaves a core idle.
 @Suite(.serialized) enum IntegrationTests {}
 
+/// The second chain of tests against real peers: the pipeline core, operator controls, quotas.
+@Suite(.serialized) enum PipelineIntegrationTests {}
+
 /// The relay against real peers: librdkafka's mock cluster and the emulator.
-extension IntegrationTests {
+extension PipelineIntegrationTests {
 @Suite struct RelayEndToEndTests {
     @Test func deliversEveryVehiclesNewestFixAndCommitsToTheEnd() async throws {
         let harness = try await RelayHarness(partitions: 4)

@@ -257,7 +257,7 @@ extension IntegrationTests.RelayFaultTests {
         }
         var joiner: RelayHarness.RunningRelay?
         var committedMoved: [Int64] = []
-        for attempt in 1...3 {
+        for attempt in 1...5 {
             let committedBefore = try await harness.committedOffsets(group: "relay")
             let joining = try harness.startRelay(group: "relay", configure: configure)
             try await eventually("the joiner took partitions over", timeout: .seconds(240)) {
