@@ -9,6 +9,7 @@ import KafkaTesting
 import Logging
 import Relay
 import ServiceLifecycle
+import Synchronization
 
 /// A mock Kafka cluster, an in-process Fleet Engine emulator and a key: the
 /// real peers the relay talks to, on loopback.
@@ -108,17 +109,20 @@ final class RelayHarness: Sendable {
             await client.shutdown()
         }
 
-        /// `stop()`, bounded: false when the relay still ran `limit` after graceful shutdown began
-        /// (it is then cancelled, so that the test ends and says so).
+        /// `stop()`, bounded: false when the relay still ran `limit` after graceful shutdown began.
+        /// It is then cancelled and left behind, so that the test ends and says so even when the
+        /// relay never ends (a task group would wait for it).
         func stop(within limit: Duration) async -> Bool {
-            await withTaskGroup(of: Bool.self) { race in
-                race.addTask { try? await self.stop(); return true }
-                race.addTask { (try? await Task.sleep(for: limit)) == nil }
-                let stoppedInTime = await race.next() ?? false
-                if !stoppedInTime { task.cancel() }
-                race.cancelAll()
-                return stoppedInTime
+            await group.triggerGracefulShutdown()
+            let ended = EndedFlag()
+            let relayTask = task
+            Task { _ = try? await relayTask.value; ended.set() }
+            guard (try? await eventually("the relay stopped", timeout: limit) { ended.isSet }) != nil else {
+                task.cancel()
+                return false
             }
+            await client.shutdown()
+            return true
         }
     }
 
@@ -295,4 +299,11 @@ struct GeneratedEvents {
             if (newest[event.vehicle]?.recordedAt ?? .min) < event.recordedAt { newest[event.vehicle] = event }
         }
     }
+}
+
+/// Set once, read from any task.
+final class EndedFlag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
 }
