@@ -4,16 +4,15 @@ import Synchronization
 
 /// Writes rejected records to the dead-letter topic, value and key unchanged,
 /// with the fleet-relay-error, -detail and -source headers. A record counts as
-/// finished only once the broker acknowledged its dead letter; failed writes are
-/// retried with capped backoff until they succeed or shutdown abandons them (then
-/// they stay uncommitted). A permanent refusal (topic missing, not authorized,
-/// record too large) is logged once with its reason and turns readiness off
-/// naming the topic, until a write succeeds.
+/// finished only once the broker acknowledged its dead letter. Each letter gets one
+/// attempt here (librdkafka retries within it); a failed one is handed back, and the
+/// pipeline's state orders it again after its backoff, so that no task sleeps for a
+/// retry. A permanent refusal (topic missing, not authorized, record too large) is
+/// logged once with its reason and turns readiness off naming the topic, until a
+/// write succeeds.
 ///
-/// Letters are first sent in the order submitted, at most `maximumInFlight` at once: while that many
-/// wait for the broker (or for their retry), the rest wait in the queue, uncommitted, and the
-/// pipeline's bound on unfinished records pauses fetching. A refusing topic therefore holds a
-/// fixed number of tasks, not one per rejected record.
+/// Letters are sent in the order submitted, at most `maximumInFlight` at once: the rest wait in
+/// the queue, uncommitted, and the pipeline's bound on unfinished records pauses fetching.
 ///
 /// Threading: `submit` may be called from any task; `run` drives the writes and owns the producer's run.
 public final class DeadLetterWriter: Sendable {
@@ -22,36 +21,34 @@ public final class DeadLetterWriter: Sendable {
 
     public let topic: String
     private let producer: KafkaProducer
-    private let retryPolicy: RetryPolicy
     private let logLimiter: LogLimiter
     private let health: RelayHealth
     private let logger: Logger
-    private let letters: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>
-    private let intake: AsyncStream<(DeadLetterOrder, @Sendable () -> Void)>.Continuation
+    private let letters: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>
+    private let intake: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>.Continuation
     private let submitted = Atomic(0)
     private let started = Atomic(0)
     private let ended = Atomic(0)
 
-    /// Letters being written or waiting to be retried now; at most `maximumInFlight`.
+    /// Letters being written now; at most `maximumInFlight`.
     public var lettersInFlight: Int { started.load(ordering: .relaxed) - ended.load(ordering: .relaxed) }
     /// Letters submitted and not yet started.
     public var lettersQueued: Int { submitted.load(ordering: .relaxed) - started.load(ordering: .relaxed) }
 
-    public init(topic: String, producer: KafkaProducer, retryPolicy: RetryPolicy, logLimiter: LogLimiter,
-                health: RelayHealth, logger: Logger) {
+    public init(topic: String, producer: KafkaProducer, logLimiter: LogLimiter, health: RelayHealth, logger: Logger) {
         self.topic = topic
         self.health = health
         self.producer = producer
-        self.retryPolicy = retryPolicy
         self.logLimiter = logLimiter
         self.logger = logger
         (letters, intake) = AsyncStream.makeStream()
     }
 
-    /// Queues a letter; `written` runs once the broker has it.
-    public func submit(_ order: DeadLetterOrder, written: @escaping @Sendable () -> Void) {
+    /// Queues a letter; `ended` runs after its attempt: true once the broker has it, false when
+    /// the write failed (then it is the caller's to submit again) or was cancelled by shutdown.
+    public func submit(_ order: DeadLetterOrder, ended: @escaping @Sendable (Bool) -> Void) {
         submitted.add(1, ordering: .relaxed)
-        intake.yield((order, written))
+        intake.yield((order, ended))
     }
 
     /// No more letters will be submitted; `run` returns once the queued ones are written.
@@ -59,13 +56,13 @@ public final class DeadLetterWriter: Sendable {
         intake.finish()
     }
 
-    /// Runs the producer and writes letters until intake finished and every letter was
-    /// written (or cancelled); then flushes and stops the producer.
+    /// Runs the producer and writes letters until intake finished and every letter had its
+    /// attempt (or was cancelled); then flushes and stops the producer.
     public func run() async {
         try? await producer.whileRunning(flushTimeout: .seconds(10)) {
             await withTaskGroup(of: Void.self) { group in
                 var inFlight = 0
-                for await (letter, written) in letters {
+                for await (letter, ended) in letters {
                     if inFlight == Self.maximumInFlight {
                         await group.next()
                         inFlight -= 1
@@ -73,8 +70,9 @@ public final class DeadLetterWriter: Sendable {
                     inFlight += 1
                     started.add(1, ordering: .relaxed)
                     group.addTask {
-                        if await self.write(letter) { written() }
+                        let written = await self.write(letter)
                         self.ended.add(1, ordering: .relaxed)
+                        ended(written)
                     }
                 }
             }
@@ -87,25 +85,16 @@ public final class DeadLetterWriter: Sendable {
             KafkaHeader(name: "fleet-relay-detail", value: letter.detail),
             KafkaHeader(name: "fleet-relay-source", value: letter.source.description),
         ]
-        var attempt = 0
-        while !Task.isCancelled {
-            do {
-                try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
-                if health.recordDeadLetterWritten() {
-                    logger.notice("Dead-letter topic \(topic) takes records again")
-                }
-                return true
-            } catch {
-                report(error, for: letter)
-                do {
-                    try await Task.sleep(for: retryPolicy.delay(attempt: attempt))
-                } catch {
-                    return false
-                }
-                attempt += 1
+        do {
+            try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
+            if health.recordDeadLetterWritten() {
+                logger.notice("Dead-letter topic \(topic) takes records again")
             }
+            return true
+        } catch {
+            if !Task.isCancelled { report(error, for: letter) }
+            return false
         }
-        return false
     }
 
     private func report(_ error: any Error, for letter: DeadLetterOrder) {

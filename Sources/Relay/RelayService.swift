@@ -59,7 +59,7 @@ public final class RelayService: Service, Sendable {
             ["message.timeout.ms": "30000", "message.max.bytes": String(Self.deadLetterMaximumBytes)]) { user, _ in user }
         let producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
         let deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
-                                           retryPolicy: configuration.retryPolicy, logLimiter: logLimiter,
+                                           logLimiter: logLimiter,
                                            health: health, logger: logger)
         let forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
                                         logLimiter: logLimiter, logger: logger)

@@ -281,8 +281,7 @@ public final class Replayer: Sendable {
     private func deadLetterWriter(logLimiter: LogLimiter) throws -> DeadLetterWriter? {
         guard let topic = configuration.deadLetterTopic else { return nil }
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        return DeadLetterWriter(topic: topic, producer: producer, retryPolicy: configuration.retryPolicy,
-                                logLimiter: logLimiter, health: health, logger: logger)
+        return DeadLetterWriter(topic: topic, producer: producer, logLimiter: logLimiter, health: health, logger: logger)
     }
 
     /// The fixes' fates, from the pipeline's counts.

@@ -385,6 +385,41 @@ extension PipelineIntegrationTests {
             #expect(letters.first?.header("fleet-relay-error") == "missing_field")
             await harness.shutdown()
         }
+
+        /// SIGTERM while the dead-letter topic refuses the bad record's letter: the relay stops
+        /// within its shutdown timeout, the letter unwritten and the bad record uncommitted, and
+        /// the next relay writes it once the topic is back.
+        @Test func aShutdownWhileTheDeadLetterTopicRefusesEndsAndLeavesTheRecordUncommitted() async throws {
+            let harness = try await RelayHarness(partitions: 1)
+            try await harness.produceTenFixesWithABadRecordAtOffsetFive()
+            let refusingTopic = harness.topic + ".refusing-dlq"
+            try harness.cluster.createTopic(refusingTopic, partitions: 1)
+            harness.cluster.setTopicError(refusingTopic, error: 3)  // UNKNOWN_TOPIC_OR_PART
+            func configure(_ configuration: inout RelayConfiguration) {
+                configuration.deadLetterTopic = refusingTopic
+                configuration.kafka["topic.metadata.propagation.max.ms"] = "1000"
+                configuration.shutdownTimeout = .seconds(3)
+            }
+            let first = try harness.startRelay(group: "relay", configure: configure)
+            try await eventually("/readyz names the dead-letter topic") {
+                first.relay.health.readiness.contains { !$0.ok && $0.name == "dead_letter_topic" }
+            }
+            try await eventually("the good records are committed up to the bad one") {
+                try await harness.committedOffsets(group: "relay")[0] == .some(5)
+            }
+            #expect(await first.stop(within: .seconds(60)), "graceful shutdown ended the relay while its dead letter was refused")
+            #expect(try await harness.committedOffsets(group: "relay")[0] == .some(5), "the bad record stays uncommitted")
+
+            harness.cluster.setTopicError(refusingTopic, error: 0)
+            let second = try harness.startRelay(group: "relay", configure: configure)
+            try await eventually("offsets are committed to the end", timeout: .seconds(120)) {
+                try await harness.committedToTheEnd(group: "relay")
+            }
+            try await second.stop()
+            let letters = try await harness.read(topic: refusingTopic, count: 1)
+            #expect(letters.first?.header("fleet-relay-error") == "missing_field")
+            await harness.shutdown()
+        }
     }
 }
 
@@ -412,8 +447,10 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
 
 /// The dead-letter writer against a topic that refuses records, then takes them again.
 @Suite struct DeadLetterWriterTests {
-    /// 200 letters for a refusing topic hold 32 writes, the rest wait in the queue; once the
-    /// topic takes records again every letter arrives.
+    /// 200 letters for a refusing topic: 32 are written at once, the rest wait in the queue,
+    /// and each failed write is handed back instead of waiting for its retry in its slot (the
+    /// pipeline's state orders it again; here the test does). Once the topic takes records
+    /// again every letter arrives, once.
     @Test func aRefusingTopicHoldsABoundedNumberOfWritesAndEveryLetterArrivesAfterwards() async throws {
         let harness = try await RelayHarness(partitions: 1)
         let topic = harness.topic + ".refusing-dlq"
@@ -423,21 +460,33 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
         configuration["topic.metadata.propagation.max.ms"] = "1000"
         configuration["message.timeout.ms"] = "1000"
         let producer = try KafkaProducer(configuration: configuration, logger: harness.logger)
-        let writer = DeadLetterWriter(topic: topic, producer: producer,
-                                      retryPolicy: RetryPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(500)),
-                                      logLimiter: LogLimiter(), health: RelayHealth(), logger: harness.logger)
+        let writer = DeadLetterWriter(topic: topic, producer: producer, logLimiter: LogLimiter(), health: RelayHealth(),
+                                      logger: harness.logger)
         let written = Mutex([Int64]())
+        let failedWrites = Mutex(0)
         let running = Task { await writer.run() }
+        @Sendable func submit(_ order: DeadLetterOrder) {
+            writer.submit(order) { ok in
+                if ok {
+                    written.withLock { $0.append(order.source.offset) }
+                } else {
+                    failedWrites.withLock { $0 += 1 }
+                    submit(order)
+                }
+            }
+        }
         for offset in Int64(0)..<200 {
             let record = KafkaRecord(topic: harness.topic, partition: 0, offset: offset, key: nil, value: Array("letter \(offset)".utf8))
-            writer.submit(DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)")) {
-                written.withLock { $0.append(offset) }
-            }
+            submit(DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)"))
         }
         try await eventually("the writes in flight reach their bound, the rest queue") {
             writer.lettersInFlight == DeadLetterWriter.maximumInFlight && writer.lettersQueued == 200 - DeadLetterWriter.maximumInFlight
         }
+        try await eventually("failed writes are handed back, freeing their slots") {
+            failedWrites.withLock { $0 } >= 2 * DeadLetterWriter.maximumInFlight
+        }
         #expect(written.withLock { $0.isEmpty })
+        #expect(writer.lettersInFlight <= DeadLetterWriter.maximumInFlight)
 
         harness.cluster.setTopicError(topic, error: 0)
         try await eventually("every letter is written", timeout: .seconds(120)) { written.withLock { $0.count } == 200 }

@@ -12,7 +12,8 @@ import Testing
 ///
 /// Steps: records (fixes, bad, skipped) consumed, workers asking for work, every outcome
 /// (accepted, rejected, retry on a signer or Fleet Engine failure, stale, abandoned), live
-/// checks that find Fleet Engine newer, dead letters written, time passing to the deadlines,
+/// checks that find Fleet Engine newer, dead letters written or failing (ordered again after
+/// their backoff), time passing to the deadlines,
 /// commits answered or refused, partitions revoked with work under way and assigned again.
 ///
 /// After every step:
@@ -61,6 +62,8 @@ enum PipelineStep: CustomStringConvertible {
     /// The live location read first finds Fleet Engine this much ahead of the request's newest fix.
     case liveCheckFindsNewer(Int, by: Int64)
     case writeDeadLetter(Int)
+    /// The write of a dead letter fails: the state orders it again at the end of its backoff.
+    case failDeadLetter(Int)
     case advance(milliseconds: Int)
     case answerCommit(failed: Bool)
     /// Revokes a partition: its requests under way end (accepted or abandoned) before the
@@ -79,6 +82,7 @@ enum PipelineStep: CustomStringConvertible {
         case .retry(let index, let signer): "retry(\(index), \(signer ? "signer" : "http_503"))"
         case .liveCheckFindsNewer(let index, let by): "liveCheckFindsNewer(\(index), +\(by))"
         case .writeDeadLetter(let index): "writeDeadLetter(\(index))"
+        case .failDeadLetter(let index): "failDeadLetter(\(index))"
         case .advance(let milliseconds): "advance(\(milliseconds) ms)"
         case .answerCommit(let failed): failed ? "commitRefused" : "commitAnswered"
         case .revoke(let partition, let waits): "revoke(p\(partition)\(waits ? "" : ", work still in flight"))"
@@ -105,7 +109,8 @@ final class PipelineModel {
             case 62..<66: .reject(pick(16))
             case 66..<74: .retry(pick(16), signer: pick(2) == 0)
             case 74..<78: .liveCheckFindsNewer(pick(16), by: Int64(pick(300)))
-            case 78..<83: .writeDeadLetter(pick(8))
+            case 78..<81: .writeDeadLetter(pick(8))
+            case 81..<83: .failDeadLetter(pick(8))
             case 83..<91: .advance(milliseconds: [1, 50, 400, 3_000][pick(4)])
             case 91..<95: .answerCommit(failed: pick(4) == 0)
             case 95..<98: .revoke(partition: pick(partitionCount), waitsForWork: pick(3) != 0)
@@ -159,6 +164,8 @@ final class PipelineModel {
     private var waiting: Set<Int> = []
     private var inFlight: [CoalescedRequest] = []
     private var deadLetters: [DeadLetterOrder] = []
+    /// Letters whose write failed, until the state orders them again (or drops them, revoked).
+    private var lettersFailed: [DeadLetterOrder] = []
     private var commitsUnderWay: [CommitOrder] = []
     private var announcedWish: Set<TopicPartition> = []
     /// Records of requests that failed transiently, back in their vehicle's queue.
@@ -245,6 +252,11 @@ final class PipelineModel {
             let ending = state.owns(order.source)
             observe(state.deadLetterWritten(order.source, now: now))
             if ending { end(key(order.source)) }
+        case .failDeadLetter(let index):
+            guard !deadLetters.isEmpty else { return }
+            let order = deadLetters.remove(at: index % deadLetters.count)
+            lettersFailed.append(order)
+            observe(state.deadLetterFailed(order, now: now, random: { $0.upperBound }))
         case .advance(let milliseconds):
             now += .milliseconds(milliseconds)
             observe(state.deadlineReached(now: now))
@@ -333,6 +345,7 @@ final class PipelineModel {
         generations[number] = nil
         heldForRetry = heldForRetry.filter { $0.key.partition != number }
         deadLetters.removeAll { $0.source.topicPartition.partition == number }
+        lettersFailed.removeAll { $0.source.topicPartition.partition == number }
         observe(actions)
     }
 
@@ -350,6 +363,17 @@ final class PipelineModel {
             }
             guard let request else { continue }
             handOut(request)
+        }
+        for order in actions.deadLetters {
+            let recordKey = key(order.source)
+            if order.failedWrites > 0 {
+                guard let index = lettersFailed.firstIndex(where: { key($0.source) == recordKey }) else {
+                    violations.append("\(recordKey)'s dead letter is ordered again, but its write did not fail or its partition is no longer ours")
+                    continue
+                }
+                lettersFailed.remove(at: index)
+            }
+            if finished.contains(recordKey) { violations.append("\(recordKey)'s dead letter is ordered after it finished") }
         }
         deadLetters += actions.deadLetters
         if let change = actions.pause { announcedWish = change.wish }
@@ -389,7 +413,8 @@ final class PipelineModel {
     /// Records whose partition is assigned under their generation and that are certainly not finished.
     private var knownUnfinished: [RecordKey] {
         let current = { (recordKey: RecordKey) in self.generations[recordKey.partition] == recordKey.generation }
-        return (inFlight.flatMap { $0.sources.map(key) } + heldForRetry.keys + deadLetters.map { key($0.source) } + abandoned)
+        return (inFlight.flatMap { $0.sources.map(key) } + heldForRetry.keys + deadLetters.map { key($0.source) }
+                + lettersFailed.map { key($0.source) } + abandoned)
             .filter(current)
     }
 
@@ -438,7 +463,7 @@ final class PipelineModel {
             nextWorker += 1
             waiting.insert(nextWorker)
             observe(state.requestWork(nextWorker, now: now))
-            if inFlight.isEmpty, deadLetters.isEmpty, state.queuedFixes == 0, state.unfinishedRecords == 0 { break }
+            if inFlight.isEmpty, deadLetters.isEmpty, lettersFailed.isEmpty, state.queuedFixes == 0, state.unfinishedRecords == 0 { break }
         }
     }
 

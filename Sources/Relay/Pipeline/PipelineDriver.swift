@@ -133,15 +133,22 @@ public final class PipelineDriver: Sendable {
         if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
     }
 
+    /// Hands a letter to the writer, which makes one attempt: a failed one goes back to the
+    /// state, which orders it again after its backoff.
     private func deadLetter(_ order: DeadLetterOrder) {
         guard let deadLetters else {
             statistics.recordFailed()
             logLimiter.warning("failed", to: logger, "Not sent, kept for a resumed run: \(order.source.description) (\(order.reason)): \(order.detail)")
+            carryOut(pipeline.handle { $0.deadLetterGivenUp(now: .now) })
             return
         }
-        deadLetters.submit(order) { [self] in
-            statistics.recordDeadLetter(reason: order.reason)
-            carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
+        deadLetters.submit(order) { [self] written in
+            if written {
+                statistics.recordDeadLetter(reason: order.reason)
+                carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
+            } else {
+                carryOut(pipeline.handle { $0.deadLetterFailed(order, now: .now) })
+            }
         }
     }
 
@@ -152,8 +159,18 @@ public final class PipelineDriver: Sendable {
         await pipeline.runDeadlines(apply: carryOut)
     }
 
-    /// Sending and dead-lettering, until no more requests will come and every dead letter is written.
+    /// Sending and dead-lettering, until no more requests will come and every dead letter is
+    /// written (the workers wait for the state to say both).
     public func process() async {
+        // Cancelled (a shutdown out of time): dead letters still outstanding hold the workers no longer.
+        await withTaskCancellationHandler {
+            await processUntilDone()
+        } onCancel: {
+            carryOut(pipeline.handle { $0.giveUpDeadLetters(now: .now) })
+        }
+    }
+
+    private func processUntilDone() async {
         await withDiscardingTaskGroup { group in
             if let deadLetters { group.addTask { await deadLetters.run() } }
             group.addTask {

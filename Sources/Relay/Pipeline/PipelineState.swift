@@ -21,11 +21,14 @@ public enum ConsumedRecord: Sendable {
     }
 }
 
-/// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it.
+/// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it,
+/// `deadLetterFailed` orders it again after a backoff.
 public struct DeadLetterOrder: Sendable {
     public let source: RecordSource
     public let reason: String
     public let detail: String
+    /// Writes of this letter that failed so far: its next backoff.
+    public internal(set) var failedWrites = 0
 
     public init(source: RecordSource, reason: String, detail: String) {
         self.source = source
@@ -172,6 +175,15 @@ public struct PipelineState<Waiter> {
 
     public typealias Actions = PipelineActions<Waiter>
 
+    private struct DueLetter: Comparable {
+        let due: ContinuousClock.Instant
+        let sequence: UInt64
+        let order: DeadLetterOrder
+
+        static func < (lhs: DueLetter, rhs: DueLetter) -> Bool { (lhs.due, lhs.sequence) < (rhs.due, rhs.sequence) }
+        static func == (lhs: DueLetter, rhs: DueLetter) -> Bool { lhs.sequence == rhs.sequence }
+    }
+
     private struct DueVehicle: Comparable {
         let due: ContinuousClock.Instant
         let vehicle: VehicleIdentity
@@ -189,6 +201,13 @@ public struct PipelineState<Waiter> {
     private var lanes: Lanes = [:]
     private var ready = Deque<VehicleIdentity>()
     private var deferred = Heap<DueVehicle>()
+    /// Dead letters whose write failed, each ordered again at the end of its backoff.
+    private var lettersDue = Heap<DueLetter>()
+    private var lettersRetried: UInt64 = 0
+    /// Dead letters ordered and neither written nor dropped: workers are released only after them.
+    public private(set) var lettersOutstanding = 0
+    /// Shutdown ran out of time: letters still outstanding stay unwritten and hold nobody.
+    private var lettersGivenUp = false
     private var waiters = Deque<Waiter>()
     /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
     /// epoch reads its live location.
@@ -334,7 +353,70 @@ public struct PipelineState<Waiter> {
         var actions = Actions()
         finish(source, now: now, &actions)
         endWork(on: [PartitionGeneration(source.topicPartition, source.generation)], &actions)
+        letterEnded(now: now, &actions)
         return finished(actions)
+    }
+
+    /// A dead letter was not written: it is ordered again after a capped, jittered backoff, as a
+    /// deadline of its own (the writer holds no slot meanwhile), while its partition is still
+    /// this member's and not being revoked. Otherwise it is dropped: the partition's next owner
+    /// reads its record again. Its record stays unfinished, and so uncommitted, until written.
+    public mutating func deadLetterFailed(_ order: DeadLetterOrder, now: ContinuousClock.Instant,
+                                          random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
+        var actions = Actions()
+        if owns(order.source), !lettersGivenUp {
+            var again = order
+            again.failedWrites += 1
+            let due = now + limits.retryPolicy.delay(attempt: order.failedWrites, retryAfterSeconds: nil, random: random)
+            lettersRetried += 1
+            lettersDue.insert(DueLetter(due: due, sequence: lettersRetried, order: again))
+            wakeTimer(for: due, &actions)
+        } else {
+            dropLetter(order, now: now, &actions)
+        }
+        return finished(actions)
+    }
+
+    /// A dead letter that cannot be written here at all (no dead-letter topic): its record stays
+    /// unfinished, for a resumed run; the workers no longer wait for it.
+    public mutating func deadLetterGivenUp(now: ContinuousClock.Instant) -> Actions {
+        var actions = Actions()
+        letterEnded(now: now, &actions)
+        return finished(actions)
+    }
+
+    /// Shutdown ran out of time: every letter still outstanding stays unwritten (its record
+    /// uncommitted), none is ordered again, and the workers no longer wait for them.
+    public mutating func giveUpDeadLetters(now: ContinuousClock.Instant) -> Actions {
+        lettersGivenUp = true
+        lettersDue = Heap()
+        var actions = Actions()
+        serveWaiters(now: now, &actions)
+        return finished(actions)
+    }
+
+    private mutating func letterEnded(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        lettersOutstanding -= 1
+        if lettersOutstanding == 0 || lettersGivenUp { serveWaiters(now: now, &actions) }
+    }
+
+    /// Letters whose backoff ended are ordered again; those of partitions no longer ours are dropped.
+    private mutating func orderDueLetters(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        while let first = lettersDue.min, first.due <= now {
+            lettersDue.removeMin()
+            if owns(first.order.source) {
+                actions.deadLetters.append(first.order)
+            } else {
+                dropLetter(first.order, now: now, &actions)
+            }
+        }
+    }
+
+    /// A letter of a partition revoked or revoking: its work there ends, so that a revoke does
+    /// not wait for a topic that refuses letters.
+    private mutating func dropLetter(_ order: DeadLetterOrder, now: ContinuousClock.Instant, _ actions: inout Actions) {
+        endWork(on: [PartitionGeneration(order.source.topicPartition, order.source.generation)], &actions)
+        letterEnded(now: now, &actions)
     }
 
     // MARK: Workers
@@ -506,6 +588,7 @@ public struct PipelineState<Waiter> {
     /// sweep is always due at some point, so a sleeping timer never misses the first vehicle.
     public var nextDeadline: ContinuousClock.Instant {
         var next = deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
+        if let letter = lettersDue.min { next = min(next, letter.due) }
         if let budgetDue { next = min(next, budgetDue) }
         // While a commit awaits its answer, the next one waits for that answer (or its limit).
         if let commitUnderWay {
@@ -535,6 +618,7 @@ public struct PipelineState<Waiter> {
             schedule(first.vehicle, at: lane, now: now, &actions)
         }
         if now >= nextSweep { forgetIdleVehicles(now: now) }
+        orderDueLetters(now: now, &actions)
         commitIfDue(now: now, &actions)
         serveWaiters(now: now, &actions)
         updateHolding(now: now, &actions)
@@ -702,9 +786,10 @@ public struct PipelineState<Waiter> {
     }
 
     /// No request will come any more: intake closed and nothing is under way, or the input
-    /// ended and nothing is queued, deferred or under way.
+    /// ended and nothing is queued, deferred or under way; and no dead letter is outstanding
+    /// (the workers' end is what ends the dead-letter writer).
     private var isDrained: Bool {
-        requestsInFlight == 0 && (intakeClosed || (inputEnded && ready.isEmpty && deferred.isEmpty))
+        requestsInFlight == 0 && (lettersOutstanding == 0 || lettersGivenUp) && (intakeClosed || (inputEnded && ready.isEmpty && deferred.isEmpty))
     }
 
     private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
@@ -756,6 +841,7 @@ public struct PipelineState<Waiter> {
         if partitions[source.topicPartition]?.generation == source.generation {
             partitions[source.topicPartition]!.workUnderWay += 1
         }
+        lettersOutstanding += 1
         actions.deadLetters.append(DeadLetterOrder(source: source, reason: reason, detail: detail))
     }
 
