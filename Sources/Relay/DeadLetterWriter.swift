@@ -51,7 +51,7 @@ public final class DeadLetterWriter: Sendable {
         intake.yield((order, ended))
     }
 
-    /// No more letters will be submitted; `run` returns once the queued ones are written.
+    /// No more letters will be submitted; `run` returns once the queued ones had their attempt.
     public func finishIntake() {
         intake.finish()
     }
