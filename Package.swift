@@ -36,7 +36,8 @@ let package = Package(
             providers: [.apt(["librdkafka-dev"])]
         ),
         // librdkafka's mock cluster API, for KafkaTesting only.
-        .systemLibrary(name: "CRdKafkaMock", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(name: "CRdKafkaMock", path: "Sources/Kafka/RDKafka/MockCluster/CRdKafkaMock", pkgConfig: "rdkafka",
+                       providers: [.apt(["librdkafka-dev"])]),
         // glibc's mallopt, to tune the allocator.
         .systemLibrary(name: "CMalloc"),
         // RS256 through the system's libcrypto (libssl-dev): no second BoringSSL build.
@@ -64,7 +65,8 @@ let package = Package(
             name: "KafkaTesting",
             dependencies: ["CRdKafkaMock", "Kafka", .product(name: "Logging", package: "swift-log")],
             // Beside the other librdkafka calls, in a target of its own: never in the production binary.
-            path: "Sources/Kafka/RDKafka/MockCluster"
+            path: "Sources/Kafka/RDKafka/MockCluster",
+            exclude: ["CRdKafkaMock"]
         ),
         .target(
             name: "FleetAuth",

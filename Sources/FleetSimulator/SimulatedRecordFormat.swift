@@ -10,17 +10,6 @@ public struct SimulatedFix: Sendable {
     public let heading: Double
     public let speedMetersPerSecond: Double
     public let accuracyMeters: Double
-
-    public init(vehicleId: String, latitude: Double, longitude: Double, recordedAtMilliseconds: Int64, heading: Double,
-                speedMetersPerSecond: Double, accuracyMeters: Double) {
-        self.vehicleId = vehicleId
-        self.latitude = latitude
-        self.longitude = longitude
-        self.recordedAtMilliseconds = recordedAtMilliseconds
-        self.heading = heading
-        self.speedMetersPerSecond = speedMetersPerSecond
-        self.accuracyMeters = accuracyMeters
-    }
 }
 
 /// How the simulator writes a fix: the native event, or a record shaped as the product that

@@ -1,4 +1,3 @@
-import CRdKafka
 import Foundation
 import Logging
 import NIOCore

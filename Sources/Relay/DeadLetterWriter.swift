@@ -32,6 +32,8 @@ public final class DeadLetterWriter: Sendable {
 
     /// Letters being written now; at most `maximumInFlight`.
     public var lettersInFlight: Int { started.load(ordering: .relaxed) - ended.load(ordering: .relaxed) }
+    /// Writes started so far, each attempt of a letter counted.
+    public var writesStarted: Int { started.load(ordering: .relaxed) }
     /// Letters submitted and not yet started.
     public var lettersQueued: Int { submitted.load(ordering: .relaxed) - started.load(ordering: .relaxed) }
 

@@ -20,6 +20,9 @@ final class RelayGauges: Sendable {
     private let partitionSeries = Mutex<[TopicPartition: PartitionSeries]>([:])
     private let reported = Mutex<TokenCounts>(TokenCounts())
     private let reportedResends = Mutex<[String: Int]>([:])
+    private let resendCounters = CounterCache<String> {
+        Counter(label: "fleet_relay_fleet_engine_resent_total", dimensions: [("reason", $0)])
+    }
 
     private struct TokenCounts {
         var mints = 0
@@ -85,8 +88,7 @@ final class RelayGauges: Sendable {
     func recordResends(_ resends: [String: Int]) {
         reportedResends.withLock { reported in
             for (reason, count) in resends where count != reported[reason] {
-                Counter(label: "fleet_relay_fleet_engine_resent_total", dimensions: [("reason", reason)])
-                    .increment(by: count - (reported[reason] ?? 0))
+                resendCounters.counter(for: reason).increment(by: count - (reported[reason] ?? 0))
             }
             reported = resends
         }

@@ -224,7 +224,10 @@ extension IntegrationTests.RelayFaultTests {
         #expect(minted >= 3 * vehicles.count)
         #expect(minted * 3 < statistics.updateRequests, "\(minted) tokens for \(statistics.updateRequests) requests: reused, not minted per request")
         #expect(warnings.withLock { $0.count } == 1)
-        #expect(warnings.withLock { $0.first?.contains("each is replaced 5 s before it expires") } == true)
+        // A third of the life left when the token arrived: 15 s, or 14 s when minting crossed a second.
+        let warning = warnings.withLock { $0.first } ?? ""
+        #expect(["each is replaced 5 s before it expires", "each is replaced 4 s before it expires"].contains { warning.contains($0) },
+                "\(warning)")
     }
 }
 

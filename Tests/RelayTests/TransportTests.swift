@@ -321,14 +321,19 @@ extension TransportTests {
         let registry = SchemaRegistryEmulator()
         let peers = try await EmulatorHost.start([tokenService, registry], options: .init(tls: try harness.tls?.serverTLS()))
         let proxy = try await ConnectProxy.start(setup == "refusing" ? .refusing : .credentials(user: "relay", password: Self.proxySentinel))
-        let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
+        var generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
         if input == "avro" {
+            // The simulated fleet's fixes, framed for the registry as Confluent's serializer frames them.
             let encoder = AvroFixEncoder(schemaId: Int32(registry.register(subject: harness.topic + "-value", schema: AvroFixEncoder.schema)))
-            try await harness.produce(generated.events.map { event in
-                encoder.record(of: SimulatedFix(vehicleId: event.vehicle, latitude: event.latitude, longitude: event.longitude,
-                                                recordedAtMilliseconds: event.recordedAt, heading: 90, speedMetersPerSecond: 8.5,
-                                                accuracyMeters: 5))
-            }.map { (Optional($0.key), $0.value) })
+            var fleet = SimulatedFleet(count: 10)
+            let start = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+            let fixes = (0..<2).flatMap { round in
+                (0..<10).map { fleet.nextFix(vehicle: $0, seconds: 1, recordedAtMilliseconds: start + Int64(round) * 1000) }
+            }
+            generated = GeneratedEvents(events: fixes.map {
+                .init(vehicle: $0.vehicleId, latitude: $0.latitude, longitude: $0.longitude, recordedAt: $0.recordedAtMilliseconds)
+            })
+            try await harness.produce(fixes.map(encoder.record(of:)).map { (Optional($0.key), $0.value) })
         } else {
             try await harness.produce(generated.events.map(\.record))
         }

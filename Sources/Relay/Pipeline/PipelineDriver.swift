@@ -139,7 +139,7 @@ public final class PipelineDriver: Sendable {
         guard let deadLetters else {
             statistics.recordFailed()
             logLimiter.warning("failed", to: logger, "Not sent, kept for a resumed run: \(order.source.description) (\(order.reason)): \(order.detail)")
-            carryOut(pipeline.handle { $0.deadLetterGivenUp(now: .now) })
+            carryOut(pipeline.handle { $0.deadLetterWithoutTopic(now: .now) })
             return
         }
         deadLetters.submit(order) { [self] written in

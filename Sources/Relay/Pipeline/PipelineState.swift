@@ -205,7 +205,7 @@ public struct PipelineState<Waiter> {
     private var lettersDue = Heap<DueLetter>()
     private var lettersRetried: UInt64 = 0
     /// Dead letters ordered and neither written nor dropped: workers are released only after them.
-    public private(set) var lettersOutstanding = 0
+    private var lettersOutstanding = 0
     /// Shutdown ran out of time: letters still outstanding stay unwritten and hold nobody.
     private var lettersGivenUp = false
     private var waiters = Deque<Waiter>()
@@ -379,7 +379,7 @@ public struct PipelineState<Waiter> {
 
     /// A dead letter that cannot be written here at all (no dead-letter topic): its record stays
     /// unfinished, for a resumed run; the workers no longer wait for it.
-    public mutating func deadLetterGivenUp(now: ContinuousClock.Instant) -> Actions {
+    public mutating func deadLetterWithoutTopic(now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
         letterEnded(now: now, &actions)
         return finished(actions)
@@ -397,7 +397,7 @@ public struct PipelineState<Waiter> {
 
     private mutating func letterEnded(now: ContinuousClock.Instant, _ actions: inout Actions) {
         lettersOutstanding -= 1
-        if lettersOutstanding == 0 || lettersGivenUp { serveWaiters(now: now, &actions) }
+        if lettersOutstanding == 0 { serveWaiters(now: now, &actions) }
     }
 
     /// Letters whose backoff ended are ordered again; those of partitions no longer ours are dropped.
