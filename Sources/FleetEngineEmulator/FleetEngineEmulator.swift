@@ -115,6 +115,8 @@ public final class FleetEngineEmulator: EmulatedService {
         var downUntil: ContinuousClock.Instant?
         var quota = QuotaBucket()
         var receivedTokens: Set<String> = []
+        /// Tokens answered 401 although valid: withdrawn, as when their key was rotated.
+        var revokedTokens: Set<String> = []
         /// Receipt time minus `lastLocation` time of accepted updates, since the last reset.
         var latency = LatencyHistogram()
         /// Only fixes located at or after this time count toward the latency (a warm measurement).
@@ -253,6 +255,12 @@ public final class FleetEngineEmulator: EmulatedService {
         set { state.withLock { $0.plan = newValue } }
     }
 
+    /// From now on, requests carrying one of `tokens` are answered 401 UNAUTHENTICATED, though
+    /// the tokens are valid: a client must mint new ones, not send the refused ones again.
+    public func revoke(tokens: some Sequence<String>) {
+        state.withLock { $0.revokedTokens.formUnion(tokens) }
+    }
+
     /// Answers every request 503 for `duration`, as during an outage.
     public func goDown(for duration: Duration) {
         state.withLock { $0.downUntil = .now + duration }
@@ -300,6 +308,9 @@ public final class FleetEngineEmulator: EmulatedService {
             return Self.error(401, "UNAUTHENTICATED", message)
         case .permissionDenied(let message)?: return Self.error(403, "PERMISSION_DENIED", message)
         case nil: break
+        }
+        if let token = request.bearerToken, state.withLock({ $0.revokedTokens.contains(token) }) {
+            return Self.error(401, "UNAUTHENTICATED", "The token was revoked.")
         }
         guard segments[3].removingPercentEncoding == provider else {
             return Self.error(403, "PERMISSION_DENIED", "Provider \(segments[3]) is not this project.")

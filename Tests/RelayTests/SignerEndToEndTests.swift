@@ -239,25 +239,33 @@ extension IntegrationTests.RelayFaultTests {
         IntegrationTests.SignerEndToEndTests().signerArguments(setup, peers: peers)
     }
 
-    /// Fleet Engine refusing a token (401) makes the relay mint a new one and send again, seen
-    /// by the token service: two tokens issued per vehicle, not one sent twice.
+    /// Fleet Engine refusing a token (401) makes the relay mint a new one and send with it. The
+    /// emulator refuses only the tokens first issued (revoked, as after a key rotation) and
+    /// accepts any other: a relay that minted anew but sent the refused token again would be
+    /// refused for good. Seen by the token service: two tokens issued per vehicle.
     @Test func a401LeadsToANewlyMintedToken() async throws {
         let harness = try await RelayHarness(partitions: 1)
         let peers = try await Peers(harness: harness)
-        let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 1)
-        try await harness.produce(generated.events.map(\.record))
-        harness.emulator.injectFaults(.init(status: 401), count: 5)  // each vehicle's first update
+        let first = GeneratedEvents(vehicles: 5, fixesPerVehicle: 1)
+        try await harness.produce(first.events.map(\.record))
         let (signerArguments, environment) = signerArguments(.tokenService, peers: peers)
         let relay = try IntegrationTests.CommandLineTests.RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "refused-token",
             "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
-            "--metrics-port", String(try freeLoopbackPort()),
+            "--metrics-port", String(try freeLoopbackPort()), "--retry-initial-ms", "50", "--retry-max-ms", "200",
         ] + signerArguments, environment: environment)
-        try await harness.waitUntilEverythingIsDelivered(generated, group: "refused-token")
+        try await harness.waitUntilEverythingIsDelivered(first, group: "refused-token")
+        let firstTokens = peers.tokenService.issuedTokens
+        #expect(firstTokens.count == 5)
+        harness.emulator.revoke(tokens: firstTokens)
+
+        let second = GeneratedEvents(vehicles: 5, fixesPerVehicle: 1, startingAfter: first)
+        try await harness.produce(second.events.map(\.record))
+        try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: first.events + second.events), group: "refused-token")
         relay.process.terminate()
         let result = await relay.finish()
         #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
-        #expect(harness.emulator.statistics.updateResponsesByStatus[401] == 5)
+        #expect(harness.emulator.statistics.updateResponsesByStatus[401] == 5, "each cached token refused once, then never sent again")
         #expect(peers.tokenService.statistics.tokensIssued == 10, "one token, then a new one after the 401")
         #expect(peers.tokenService.statistics.issuedPerVehicle.values.allSatisfy { $0 == 2 },
                 "\(peers.tokenService.statistics.issuedPerVehicle)")
