@@ -50,40 +50,72 @@ import Testing
 }
 
 extension SecretsInErrorsTests {
-    /// `fleet-relay run` given a SASL password, Schema Registry credentials and proxy
-    /// credentials, each a sentinel, at debug level: Kafka refuses the SASL handshake and the
-    /// registry is asked for a schema, so errors about both are logged; no log line, error,
-    /// metric or readiness answer holds any sentinel.
-    @Test func sentinelSecretsAppearNowhere() async throws {
-        let sasl = "sentinel-sasl-password-3b9d"
-        let registryPassword = "sentinel-registry-password-a41f"
-        let proxyPassword = "sentinel-proxy-password-e07c"
-        let harness = try await RelayHarness(partitions: 1)
-        let registry = SchemaRegistryEmulator(requiredCredentials: "relay:\(registryPassword)")
-        let registryServer = try await EmulatorHost.start([registry])
-        try await harness.produce([(nil, [0, 0, 0, 0, 5, 2, 4, 6])])  // framed for schema 5, which the registry lacks
+    static let registryPassword = "sentinel-registry-password-a41f"
+    static let proxyPassword = "sentinel-proxy-password-e07c"
+
+    /// Runs `fleet-relay run` with the harness's topic and `extra` flags at debug level until
+    /// `reached` holds for a line of its log other than the startup line (which names every
+    /// setting, secrets masked), then stops it; returns everything it printed and served.
+    func printedUntil(_ harness: RelayHarness, _ extra: [String], _ what: String, reached: @escaping (Substring) -> Bool)
+        async throws -> String {
         let metricsPort = try freeLoopbackPort()
         let relay = try IntegrationTests.CommandLineTests.RunningProcess([
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "secrets",
             "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--fleet-engine-url", harness.emulatorURL,
-            "--kafka-property", "security.protocol=SASL_PLAINTEXT", "--kafka-property", "sasl.mechanism=PLAIN",
-            "--kafka-property", "sasl.username=relay", "--kafka-property", "sasl.password=\(sasl)",
-            "--schema-registry", registryServer.baseURL, "--schema-registry-credentials", "relay:\(registryPassword)",
-            "--metrics-port", String(metricsPort), "--log-level", "debug", "--log-format", "json",
-        ], environment: ["HTTPS_PROXY": "http://relay:\(proxyPassword)@127.0.0.1:9", "NO_PROXY": "127.0.0.1"])
+            "--metrics-port", String(metricsPort), "--log-level", "debug", "--log-format", "json", "--ready-max-outage", "1s",
+        ] + extra, environment: ["HTTPS_PROXY": "http://relay:\(Self.proxyPassword)@127.0.0.1:9", "NO_PROXY": "127.0.0.1"])
         relay.watchLog()
         var metrics = "", readiness = ""
-        try await eventually("the ops endpoint answers and Kafka's refusal is logged", timeout: .seconds(60)) {
-            guard let answer = try? await httpGet("http://127.0.0.1:\(metricsPort)/metrics") else { return false }
-            metrics = answer.body
-            readiness = (try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz").body) ?? ""
-            return relay.log.lowercased().contains("sasl")
+        do {
+            try await eventually(what, timeout: .seconds(90)) {
+                guard let answer = try? await httpGet("http://127.0.0.1:\(metricsPort)/metrics") else { return false }
+                metrics = answer.body
+                readiness = (try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz").body) ?? ""
+                return relay.log.split(separator: "\n").contains { !$0.contains("kafka_properties") && reached($0) }
+            }
+        } catch {
+            Issue.record("\(error); log: \(relay.log.suffix(4000))")
         }
         relay.process.terminate()
         let result = await relay.finish()
-        let everything = [relay.log, result.stderr, result.stdout, metrics, readiness].joined(separator: "\n")
-        #expect(everything.contains("sasl.password"), "the startup line names the property: \(relay.log.prefix(2000))")
-        for sentinel in [sasl, registryPassword, proxyPassword] {
+        return [relay.log, result.stderr, result.stdout, metrics, readiness].joined(separator: "\n")
+    }
+
+    /// A SASL password and proxy credentials, each a sentinel, at debug level: the relay
+    /// reaches Kafka's error path (the mock cluster speaks no SASL), and no log line, error,
+    /// metric or readiness answer holds either sentinel.
+    @Test func sentinelSecretsAppearNowhereOnKafkasErrorPath() async throws {
+        let sasl = "sentinel-sasl-password-3b9d"
+        let harness = try await RelayHarness(partitions: 1)
+        let everything = try await printedUntil(harness, [
+            "--kafka-property", "security.protocol=SASL_PLAINTEXT", "--kafka-property", "sasl.mechanism=PLAIN",
+            "--kafka-property", "sasl.username=relay", "--kafka-property", "sasl.password=\(sasl)",
+        ], "Kafka's error for the SASL handshake is logged") { line in
+            (line.contains("\"error\"") || line.contains("\"warning\"") || line.contains("\"critical\""))
+                && (line.contains("SASL") || line.contains("Kafka"))
+        }
+        #expect(everything.contains("sasl.password"), "the startup line names the property")
+        for sentinel in [sasl, Self.proxyPassword] {
+            #expect(!everything.contains(sentinel), "\(sentinel) leaked")
+        }
+        await harness.shutdown()
+    }
+
+    /// Schema Registry credentials and proxy credentials, each a sentinel, at debug level: the
+    /// registry refuses them (it wants others), so the relay logs the registry's refusal and
+    /// `/readyz` names it; no log line, error, metric or readiness answer holds either sentinel.
+    @Test func sentinelSecretsAppearNowhereOnTheRegistrysErrorPath() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let registry = SchemaRegistryEmulator(requiredCredentials: "relay:another-password")
+        let registryServer = try await EmulatorHost.start([registry])
+        try await harness.produce([(nil, [0, 0, 0, 0, 5, 2, 4, 6])])  // framed for schema 5
+        let everything = try await printedUntil(harness, [
+            "--schema-registry", registryServer.baseURL, "--schema-registry-credentials", "relay:\(Self.registryPassword)",
+        ], "the registry's refusal is logged") { line in
+            line.contains("answered HTTP 401")
+        }
+        #expect(everything.contains("schema_registry"), "/readyz names the registry")
+        for sentinel in [Self.registryPassword, Self.proxyPassword] {
             #expect(!everything.contains(sentinel), "\(sentinel) leaked")
         }
         await registryServer.shutdown()
