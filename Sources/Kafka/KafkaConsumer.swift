@@ -28,16 +28,17 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Chunks of records in partition order, for one reader. Ends when the consumer is closed.
     /// A bounded hand-over: once `maximumBufferedChunks` wait unconsumed the poll thread
-    /// waits for the reader to want more (librdkafka keeps prefetching up to its own bounds);
-    /// a reader stalled for longer than `readerStallBeforePause` gets the partitions paused,
-    /// so polling (and with it group membership) goes on.
+    /// waits for the reader to want more (librdkafka keeps prefetching up to its own bounds).
+    /// It pauses nothing of its own accord: a reader that must wait (for a schema, say) has the
+    /// owner of flow control pause every partition, and the poll loop then polls on, handing
+    /// nothing over, so that rebalances and commit answers are served meanwhile.
     public let records: KafkaRecordChunks
 
     public static let maximumChunkSize = 500
     public static let maximumBufferedChunks = 2
-    /// Pausing drops librdkafka's prefetched data and refetches on resume: worth it
-    /// only for a reader that stopped, not for one that is briefly behind.
-    static let readerStallBeforePause = Duration.seconds(1)
+    /// How long the poll thread waits for a reader that is behind before it looks at the
+    /// pause wish again (a change of the wish or a stop ends the wait sooner).
+    static let readerBehindWait = Duration.seconds(1)
     /// How long one poll waits when nothing arrives. Records, a rebalance, a pause change, the
     /// reader wanting more and a stop all end the wait at once: this only bounds how stale the
     /// poll loop's liveness stamp gets on an idle consumer (tests lengthen it).
@@ -125,18 +126,19 @@ public final class KafkaConsumer: Service, Sendable {
         await pollThread.stop { [self] in leaveGroup() }
     }
 
-    /// Stops fetching for every assigned partition, now and after any later assignment,
-    /// for good (shutdown). Records already delivered are unaffected.
-    public func pauseAll() {
-        context.control.withLock { $0.pauseAll = true }
-        client.wakePoll()
-    }
-
-    /// The partitions to keep paused, replacing the previous wish. The poll thread applies
-    /// it to the current assignment, and sets every partition's pause again inside each
-    /// rebalance callback (see `ConsumerContext.rebalance`).
-    public func setPaused(_ partitions: Set<TopicPartition>) {
-        context.control.withLock { $0.pausedPartitions = partitions }
+    /// The partitions to keep paused, replacing the previous wish unless that one has a higher
+    /// `sequence` (wishes may arrive out of the order their owner made them in). The poll
+    /// thread applies it to the current assignment, and sets every partition's pause again
+    /// inside each rebalance callback (see `ConsumerContext.rebalance`). The owner of flow
+    /// control is the only one to pause: the consumer applies its wish and nothing else.
+    public func setPaused(_ partitions: Set<TopicPartition>, sequence: UInt64) {
+        let applied = context.control.withLock { control in
+            guard sequence > control.sequence else { return false }
+            control = PauseControl(pausedPartitions: partitions, sequence: sequence)
+            return true
+        }
+        guard applied else { return }
+        context.intake.wake()
         client.wakePoll()
     }
 
@@ -146,20 +148,11 @@ public final class KafkaConsumer: Service, Sendable {
     /// Whether fetching is paused for any assigned partition now.
     public var isPaused: Bool { pausedPartitionCount > 0 }
 
-    /// Assigned partitions whose fetching is paused now, by wish or because the reader fell behind.
+    /// Assigned partitions whose fetching is paused now, as wished.
     public var pausedPartitionCount: Int { context.pausedPartitionCount.load(ordering: .relaxed) }
 
-    /// Assigned partitions paused although the wish does not name them (the reader is behind,
-    /// or the poll loop failed to apply the wish); zero once `pauseAll` is in force.
-    public var pausedAgainstWish: Int { context.pausedAgainstWish.load(ordering: .relaxed) }
-
-    /// Seconds for which some partition has been paused against the wish without a break; 0 when none is.
-    public var secondsPausedAgainstWish: Double {
-        let since = context.pausedAgainstWishSinceUptimeNanoseconds.load(ordering: .relaxed)
-        return since == 0 ? 0 : Double(DispatchTime.now().uptimeNanoseconds &- since) / 1e9
-    }
-
-    /// Seconds since the poll loop last came round; a large value means it is stuck.
+    /// Seconds since the poll loop last polled librdkafka; a large value means it is stuck
+    /// (or waits for a reader that stopped taking records without a pause wished).
     public var secondsSinceLastPoll: Double {
         let last = context.lastPollUptimeNanoseconds.load(ordering: .relaxed)
         return Double(DispatchTime.now().uptimeNanoseconds &- last) / 1e9
@@ -186,18 +179,22 @@ public final class KafkaConsumer: Service, Sendable {
 
     // MARK: Poll thread
 
+    /// Each round applies the pause wish, then polls. While the reader is behind, it polls only
+    /// when every assigned partition is paused (nothing can be handed over then): otherwise it
+    /// waits for the reader to ask for more, and a reader that never does without a wish to
+    /// pause shows as a poll loop that stopped coming round.
     private func pollLoop() {
         while pollThread.isPolling {
-            context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            context.readerStalled = !context.intake.waitForDemand(timeout: Self.readerStallBeforePause)
-            let (wanted, againstWish) = context.pauses(in: context.assignment)
+            let readerWantsMore = context.intake.waitForDemand(timeout: Self.readerBehindWait)
+            let wanted = context.wish(in: context.assignment)
             let paused = context.paused
             if wanted != paused {
                 applyPause(pause: wanted.subtracting(paused), resume: paused.subtracting(wanted))
                 context.paused = wanted
             }
             context.pausedPartitionCount.store(wanted.count, ordering: .relaxed)
-            context.notePausedAgainstWish(againstWish)
+            guard readerWantsMore || wanted == context.assignment else { continue }
+            context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
@@ -226,10 +223,10 @@ public final class KafkaConsumer: Service, Sendable {
 
 /// What the owner of flow control wants paused; read by the poll thread.
 struct PauseControl {
-    /// Every assigned partition paused (shutdown), whatever `pausedPartitions` says.
-    var pauseAll = false
     /// The partitions the owner of flow control wants paused.
     var pausedPartitions: Set<TopicPartition> = []
+    /// The wish's sequence number: an older wish arriving late is ignored.
+    var sequence: UInt64 = 0
 }
 
 /// The consumer's callback state. Every member but `logger`, `control` and the atomics is
@@ -245,13 +242,8 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     /// The assigned partitions' figures from librdkafka's statistics (called on the poll thread).
     let onStatistics: @Sendable ([TopicPartition: PartitionStatistics]) -> Void
     let pausedPartitionCount = Atomic<Int>(0)
-    let pausedAgainstWish = Atomic<Int>(0)
-    /// When the current stretch of pauses against the wish began; 0 while there is none.
-    let pausedAgainstWishSinceUptimeNanoseconds = Atomic<UInt64>(0)
     let lastPollUptimeNanoseconds = Atomic<UInt64>(DispatchTime.now().uptimeNanoseconds)
     let control = Mutex(PauseControl())
-    /// The reader did not want more records at the last round of the poll loop: every partition is paused.
-    var readerStalled = false
     /// The assigned partitions paused in librdkafka, as this consumer set them.
     var paused: Set<TopicPartition> = []
     /// The current assignment, as the rebalance callbacks changed it.
@@ -275,22 +267,9 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
 
     func generation(_ partition: TopicPartition) -> UInt64 { generations[partition] ?? 0 }
 
-    /// Called on every round of the poll loop: the count, and since when it has not been zero.
-    func notePausedAgainstWish(_ count: Int) {
-        pausedAgainstWish.store(count, ordering: .relaxed)
-        if count == 0 {
-            pausedAgainstWishSinceUptimeNanoseconds.store(0, ordering: .relaxed)
-        } else if pausedAgainstWishSinceUptimeNanoseconds.load(ordering: .relaxed) == 0 {
-            pausedAgainstWishSinceUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-        }
-    }
-
-    /// Which of `partitions` are to be paused now, and how many of those the owner of flow
-    /// control does not want paused (the reader is behind; none once `pauseAll` is in force).
-    func pauses(in partitions: Set<TopicPartition>) -> (wanted: Set<TopicPartition>, againstWish: Int) {
-        let (pauseAll, wish) = control.withLock { ($0.pauseAll, $0.pausedPartitions) }
-        if pauseAll { return (partitions, 0) }
-        return readerStalled ? (partitions, partitions.subtracting(wish).count) : (wish.intersection(partitions), 0)
+    /// Which of `partitions` the owner of flow control wants paused.
+    func wish(in partitions: Set<TopicPartition>) -> Set<TopicPartition> {
+        control.withLock { $0.pausedPartitions }.intersection(partitions)
     }
 
     func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> RDKafkaRebalanceAnswer {
@@ -321,7 +300,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     /// the last record handed over (a lone resume of a partition that is not paused would restart
     /// it from wherever librdkafka last set its position, which may be long ago).
     private func setPauses(of partitions: Set<TopicPartition>, _ answer: inout RDKafkaRebalanceAnswer) {
-        let wanted = pauses(in: partitions).wanted
+        let wanted = wish(in: partitions)
         answer.pause.formUnion(partitions)
         answer.resume.formUnion(partitions.subtracting(wanted))
         paused = wanted
@@ -412,7 +391,8 @@ final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendabl
         produceMore()
     }
 
-    /// Ends the current wait early (a stop).
+    /// Ends the current wait early, or the next one at once when none is under way (a stop, a
+    /// new pause wish).
     func wake() {
         condition.lock()
         woken = true
@@ -424,8 +404,10 @@ final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendabl
     func waitForDemand(timeout: Duration) -> Bool {
         let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
         condition.lock()
-        defer { condition.unlock() }
-        woken = false
+        defer {
+            woken = false
+            condition.unlock()
+        }
         while !wanted {
             if woken || !condition.wait(until: deadline) { return wanted }
         }

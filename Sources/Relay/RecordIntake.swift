@@ -12,9 +12,17 @@ struct RecordIntake: Sendable {
     let logger: Logger
 
     /// Throws only when cancelled while the registry is unavailable: the chunk stays uncommitted.
-    func decode(_ chunk: [KafkaRecord]) async throws -> [ConsumedRecord] {
+    /// `waiting` hears when the chunk begins to wait for the registry (its reason) and when it
+    /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
+    func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         let inputs = chunk.map(InputRecord.init)
-        try await decoder.prepare(inputs) { noteRegistryUnavailable($0) }
+        var waited = false
+        defer { if waited { waiting(nil) } }
+        try await decoder.prepare(inputs) { problem in
+            noteRegistryUnavailable(problem)
+            if !waited { waiting(problem.description) }
+            waited = true
+        }
         return zip(chunk, inputs).map { record, input -> ConsumedRecord in
             let source = RecordSource(record)
             switch decoder.decode(input) {

@@ -28,9 +28,9 @@ public final class RelayHealth: Sendable {
         /// The last failure's configuration cause and message, while it lasts.
         var signerConfigurationFailure: String?
         var lastPollAge: @Sendable () -> Double = { 0 }
-        /// For how long partitions have been paused that flow control does not want paused.
-        var unwishedPauseAge: @Sendable () -> Double = { 0 }
         var deadLetterFailure: DeadLetterFailure?
+        /// Why records wait for the Schema Registry, and since when, while they do.
+        var recordsWaiting: (reason: String, since: ContinuousClock.Instant)?
     }
 
     private struct DeadLetterFailure {
@@ -42,9 +42,6 @@ public final class RelayHealth: Sendable {
 
     /// A poll loop silent for longer than this makes the process unhealthy.
     public static let stuckPollSeconds = 30.0
-    /// Partitions paused without flow control wanting it for longer than this make the
-    /// process unhealthy: fetching would never resume by itself, so it must be restarted.
-    public static let unwishedPauseLimit = Duration.seconds(30)
 
     public let maximumOutage: Duration
     private let state = Mutex(State())
@@ -55,13 +52,20 @@ public final class RelayHealth: Sendable {
         self.logger = logger
     }
 
-    /// The consumer's poll loop, read at each probe: when it last came round, and for how long
-    /// it has kept partitions paused against flow control's wish.
-    public func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double,
-                              secondsPausedAgainstWish: @escaping @Sendable () -> Double) {
+    /// The consumer's poll loop, read at each probe: when it last came round.
+    public func watchPollLoop(secondsSinceLastPoll: @escaping @Sendable () -> Double) {
+        state.withLock { $0.lastPollAge = secondsSinceLastPoll }
+    }
+
+    /// Records wait for their schema because the Schema Registry cannot be asked (`reason`), or
+    /// no longer do (nil): not ready once they waited longer than the outage limit; alive throughout.
+    func recordSchemaRegistryUnavailable(_ reason: String?, now: ContinuousClock.Instant = .now) {
         state.withLock { state in
-            state.lastPollAge = secondsSinceLastPoll
-            state.unwishedPauseAge = secondsPausedAgainstWish
+            if let reason {
+                state.recordsWaiting = (reason, state.recordsWaiting?.since ?? now)
+            } else {
+                state.recordsWaiting = nil
+            }
         }
     }
 
@@ -161,21 +165,17 @@ public final class RelayHealth: Sendable {
         }
     }
 
-    /// Liveness: the poll loop came round recently, and fetching is not paused against
-    /// flow control's wish (a stuck process that only a restart mends).
+    /// Liveness: the poll loop came round recently. It fails only for what a restart mends: a
+    /// loop that stopped coming round. Outages of Fleet Engine, the signer, the Schema Registry
+    /// or the dead-letter topic are readiness matters: restarting every replica mends none.
     public var liveness: [Check] {
-        let (lastPollAge, unwishedPauseAge) = state.withLock { ($0.lastPollAge, $0.unwishedPauseAge) }
-        let age = lastPollAge()
-        let unwishedPause = Duration.seconds(unwishedPauseAge())
-        return [
-            Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds, detail: "last poll \(Int(age)) s ago"),
-            Check(name: "flow_control", ok: unwishedPause <= Self.unwishedPauseLimit,
-                  detail: unwishedPause > .zero ? "partitions paused without cause for \(unwishedPause.components.seconds) s" : "ok"),
-        ]
+        let age = state.withLock { $0.lastPollAge }()
+        return [Check(name: "kafka_poll_loop", ok: age <= Self.stuckPollSeconds, detail: "last poll \(Int(age)) s ago")]
     }
 
     /// Readiness: joined the group (an empty assignment counts) and not thrown out of it since,
-    /// Kafka not answering consume errors since the last record, the signer not failing for
+    /// Kafka not answering consume errors since the last record, records not waiting to be
+    /// taken in (their schema) for longer than the outage limit, the signer not failing for
     /// longer than the outage limit, and Fleet Engine not in a longer outage.
     public var readiness: [Check] {
         let now = ContinuousClock.now
@@ -184,6 +184,7 @@ public final class RelayHealth: Sendable {
         return liveness + [
             groupCheck(current, now: now),
             consumeCheck(current, now: now),
+            recordsCheck(current.recordsWaiting, now: now),
             signerCheck(since: signerFailing, configurationFailure: current.signerConfigurationFailure, now: now),
             fleetEngineCheck(since: current.fleetEngineOutageSince, failure: current.fleetEngineFailure, now: now),
             deadLetterCheck(current.deadLetterFailure, now: now),
@@ -197,6 +198,12 @@ public final class RelayHealth: Sendable {
             return Check(name: "signer", ok: false, detail: "failing for \(seconds) s (\(configurationFailure))")
         }
         return Check(name: "signer", ok: now - since <= maximumOutage, detail: "failing for \(seconds) s")
+    }
+
+    private func recordsCheck(_ waiting: (reason: String, since: ContinuousClock.Instant)?, now: ContinuousClock.Instant) -> Check {
+        guard let waiting else { return Check(name: "schema_registry", ok: true, detail: "ok") }
+        return Check(name: "schema_registry", ok: now - waiting.since <= maximumOutage,
+                     detail: "records wait for their schema for \((now - waiting.since).components.seconds) s, fetching paused (\(waiting.reason))")
     }
 
     private func groupCheck(_ state: State, now: ContinuousClock.Instant) -> Check {

@@ -31,8 +31,6 @@ public final class RelayService: Service, Sendable {
     let logger: Logger
     let consumerState = Mutex<KafkaConsumer?>(nil)
     let gauges = RelayGauges()
-    /// Set when shutdown begins: fetching stays paused from then on.
-    private let stopping = Atomic<Bool>(false)
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
     let drained = Atomic<Bool>(false)
 
@@ -92,7 +90,7 @@ public final class RelayService: Service, Sendable {
                 + "pause wish \(state.pauseWish.map(\.description).sorted()), next deadline in \(state.nextDeadline - .now)"
         }
         guard let consumer else { return pipeline + "; no consumer" }
-        return pipeline + "; consumer: paused \(consumer.pausedPartitionCount) (against the wish \(consumer.pausedAgainstWish)), "
+        return pipeline + "; consumer: paused \(consumer.pausedPartitionCount), "
             + "wish \(consumer.pauseWish.map(\.description).sorted()), last poll \(consumer.secondsSinceLastPoll) s ago"
     }
 
@@ -107,12 +105,8 @@ public final class RelayService: Service, Sendable {
                 self.driver.commitAnswered(order, failure: failure?.message)
             }?.message
         }
-        pipeline.applyPauses { [weak consumer, weak self] wish in
-            guard let self, !self.stopping.load(ordering: .relaxed) else { return }
-            consumer?.setPaused(wish)
-        }
-        health.watchPollLoop(secondsSinceLastPoll: { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 },
-                             secondsPausedAgainstWish: { [weak consumer] in consumer?.secondsPausedAgainstWish ?? 0 })
+        pipeline.applyPauses { [weak consumer] wish, sequence in consumer?.setPaused(wish, sequence: sequence) }
+        health.watchPollLoop(secondsSinceLastPoll: { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 })
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
         await withDiscardingTaskGroup { consuming in
@@ -147,7 +141,8 @@ public final class RelayService: Service, Sendable {
         await cancelWhenGracefulShutdown {
             for await chunk in consumer.records {
                 self.health.recordRecordsConsumed()
-                guard let records = try? await self.intake.decode(chunk) else { break }
+                guard let records = try? await self.intake.decode(chunk, waiting: self.driver.recordsWaitForSchemaRegistry)
+                else { break }
                 self.driver.consume(records)
             }
         }
@@ -168,9 +163,7 @@ public final class RelayService: Service, Sendable {
     /// of their partitions reads them again.
     private func drain(_ consumer: KafkaConsumer, work: inout TaskGroup<Bool>) async {
         logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
-        stopping.store(true, ordering: .relaxed)
-        consumer.pauseAll()
-        driver.closeIntake()
+        driver.closeIntake()  // pauses every partition
         let timeout = configuration.shutdownTimeout
         work.addTask { (try? await Task.sleep(for: timeout)) == nil }
         if await work.next() == false {

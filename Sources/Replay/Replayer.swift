@@ -217,7 +217,7 @@ public final class Replayer: Sendable {
         let pending = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
         driver.assign(pending.map { topicPartition($0.partition) }, generation: Self.generation)
         let pauses = PauseMailbox()
-        driver.applyPauses { pauses.post($0) }
+        driver.applyPauses { pauses.post($0, sequence: $1) }
         let saver = CheckpointSaver(checkpoint: checkpoint, save: saveCheckpoint, logger: logger)
         driver.issueCommits { order in saver.submit(order) }
         var readError: (any Error)?
@@ -235,7 +235,8 @@ public final class Replayer: Sendable {
                 }
                 do {
                     try await progress.phase("replaying", total: summary.recordsInWindow - summary.alreadyFinished, unit: "records") {
-                        try await read(checkpoint, reader: reader, summary: &summary, pauses: pauses) { driver.consume($0) }
+                        try await read(checkpoint, reader: reader, summary: &summary, pauses: pauses,
+                                       waiting: driver.recordsWaitForSchemaRegistry) { driver.consume($0) }
                     }
                 } catch {
                     readError = error
@@ -302,7 +303,8 @@ public final class Replayer: Sendable {
     /// the times, skipped, bad, a fix) and hands them on in batches, following the pause wish.
     /// Returns when every partition reached its window's end (or the task is cancelled).
     private func read(_ checkpoint: ReplayCheckpoint, reader: KafkaPartitionReader, summary: inout ReplaySummary,
-                      pauses: PauseMailbox? = nil, take: ([ConsumedRecord]) -> Void) async throws {
+                      pauses: PauseMailbox? = nil, waiting: (String?) -> Void = { _ in },
+                      take: ([ConsumedRecord]) -> Void) async throws {
         let windows = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
         var remaining = Dictionary(uniqueKeysWithValues: windows.map { ($0.partition, $0.end) })
         guard !remaining.isEmpty else { return }
@@ -326,8 +328,14 @@ public final class Replayer: Sendable {
             }
             let (records, reachedEnd) = try await reader.poll(maximum: 2000)
             if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
+            var waited = false
             try await decoder.prepare(records.map(InputRecord.init)) { problem in
                 logger.warning("\(problem); records wait and are retried")
+                if !waited { waiting(problem.description) }
+                waited = true
+            }
+            if waited {
+                waiting(nil)
                 lastProgress = .now  // waiting for the registry is not a stalled partition
             }
             var batch: [ConsumedRecord] = []
@@ -426,11 +434,12 @@ struct DryRunTally {
     }
 }
 
-/// The pipeline's pause wish, from the state machine (under its lock: posting never blocks) to
+/// The pipeline's pause wish, from the state machine (posting never blocks) to
 /// the window reader, which waits here while every partition it still reads is paused.
 final class PauseMailbox: Sendable {
     private struct State {
         var wish: Set<TopicPartition> = []
+        var sequence: UInt64 = 0
         var waiter: CheckedContinuation<Void, Never>?
     }
 
@@ -438,9 +447,12 @@ final class PauseMailbox: Sendable {
 
     var wish: Set<TopicPartition> { state.withLock { $0.wish } }
 
-    func post(_ wish: Set<TopicPartition>) {
+    /// Keeps `wish` unless a wish with a higher sequence number was posted already.
+    func post(_ wish: Set<TopicPartition>, sequence: UInt64) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard sequence > state.sequence else { return nil }
             state.wish = wish
+            state.sequence = sequence
             defer { state.waiter = nil }
             return state.waiter
         }

@@ -31,7 +31,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Address the ops endpoint listens on.")
     var metricsHost = "0.0.0.0"
 
-    @Option(help: "How long Fleet Engine or the signer may fail before /readyz reports not ready.")
+    @Option(help: "How long Fleet Engine or the signer may fail, or records wait for the Schema Registry, before /readyz reports not ready.")
     var readyMaxOutage = DurationArgument(argument: "60s")!
 
     @OptionGroup var signer: SignerOptions

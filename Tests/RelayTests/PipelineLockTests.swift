@@ -7,22 +7,29 @@ import Kafka
 import Synchronization
 import Testing
 
-/// `Pipeline`, the lock around `PipelineState`, hands what must stay in order to Kafka
-/// under that lock.
+/// `Pipeline`, the lock around `PipelineState`, hands pause wishes to the record source
+/// after the lock, numbered so that the source keeps the newest.
 @Suite struct PipelineLockTests {
     /// One task takes records in (pausing the partition at its share) while workers on other
-    /// threads finish them (resuming it once half finished). Handing a pause to Kafka is made
-    /// slow, as when the thread that made it is preempted: handed over after the lock, that
-    /// pause would land after the resume the workers made next, and the partition would stay
-    /// paused with nothing unfinished left to resume it. Each round ends with every record
-    /// finished, when the last wish Kafka got must be the state's: nothing paused.
+    /// threads finish them (resuming it once half finished). Handing a pause over is made
+    /// slow, as when the thread that made it is preempted: that pause lands after the resume
+    /// the workers made next. The source, keeping the wish with the highest sequence number as
+    /// the consumer does, must end each round with the state's wish: nothing paused. Taking
+    /// whichever wish arrived last instead leaves the partition paused with nothing unfinished
+    /// left to resume it.
     @Test func pauseWishesReachKafkaInTheOrderTheStateMadeThem() async throws {
         let partition = TopicPartition(topic: "t", partition: 0)
         let pipeline = Pipeline(limits: .init(maximumPendingRecords: 8))
-        let handedOver = Mutex<(wishes: Int, last: Set<TopicPartition>)>((0, []))
-        pipeline.applyPauses { wish in
+        let handedOver = Mutex<(wishes: Int, sequence: UInt64, last: Set<TopicPartition>, overtaken: Int)>((0, 0, [], 0))
+        pipeline.applyPauses { wish, sequence in
             if !wish.isEmpty { Thread.sleep(forTimeInterval: 0.002) }
-            handedOver.withLock { $0 = ($0.wishes + 1, wish) }
+            handedOver.withLock {
+                guard sequence > $0.sequence else {
+                    $0.overtaken += 1
+                    return
+                }
+                $0 = ($0.wishes + 1, sequence, wish, $0.overtaken)
+            }
         }
         pipeline.handle { $0.assign([partition], generation: 1) }
         var roundsLeftPaused = 0
@@ -45,7 +52,7 @@ import Testing
                 }
                 if handedOver.withLock({ $0.last }) != pipeline.read(\.pauseWish) { roundsLeftPaused += 1 }
             }
-            pipeline.handle { $0.closeIntake() }
+            pipeline.handle { $0.closeIntake(now: .now) }
         }
         #expect(handedOver.withLock { $0.wishes } >= 20, "the partition paused and resumed in each round")
         #expect(roundsLeftPaused == 0, "Kafka was left with a pause the state had lifted")

@@ -18,11 +18,14 @@ import Testing
 ///
 /// After every step:
 /// - no committable or committed offset passes a record known unfinished (in a request, held
-///   for its retry, or waiting for its dead letter);
+///   for its retry, or waiting for its dead letter), and a committed offset never moves back;
 /// - no request carries a fix at or before one its vehicle had accepted (never backwards);
 /// - no record is in two requests at once, nor in one after it finished;
-/// - the pause wish holds every partition at its share of unfinished records and none at half
-///   of it or below, and the wish announced is the state's.
+/// - the pause wish holds every partition while records wait to be taken in; otherwise every
+///   partition with at least its share of records the model knows unfinished, and none with at
+///   most half of it consumed and not known finished; the wish announced is the state's.
+/// The model answers for itself which records are owned and how many are unfinished: it asks
+/// the state only for what it checks.
 /// At the end, with everything drained: every record of a partition still assigned is
 /// committed, and each ended exactly once.
 ///
@@ -65,11 +68,15 @@ enum PipelineStep: CustomStringConvertible {
     /// The write of a dead letter fails: the state orders it again at the end of its backoff.
     case failDeadLetter(Int)
     case advance(milliseconds: Int)
-    case answerCommit(failed: Bool)
+    /// Kafka answers one of the commits under way: an answer may come after a later order's,
+    /// once the earlier order outlived its answer limit and was ordered again.
+    case answerCommit(Int, failed: Bool)
     /// Revokes a partition: its requests under way end (accepted or abandoned) before the
     /// revoke finishes, or some stay in flight when `waitsForWork` is false (a drain timeout).
     case revoke(partition: Int, waitsForWork: Bool)
     case assign(partition: Int)
+    /// Records begin or stop waiting to be taken in (the Schema Registry cannot be asked).
+    case recordsWait(Bool)
 
     var description: String {
         switch self {
@@ -84,9 +91,10 @@ enum PipelineStep: CustomStringConvertible {
         case .writeDeadLetter(let index): "writeDeadLetter(\(index))"
         case .failDeadLetter(let index): "failDeadLetter(\(index))"
         case .advance(let milliseconds): "advance(\(milliseconds) ms)"
-        case .answerCommit(let failed): failed ? "commitRefused" : "commitAnswered"
+        case .answerCommit(let index, let failed): failed ? "commitRefused(\(index))" : "commitAnswered(\(index))"
         case .revoke(let partition, let waits): "revoke(p\(partition)\(waits ? "" : ", work still in flight"))"
         case .assign(let partition): "assign(p\(partition))"
+        case .recordsWait(let waiting): waiting ? "recordsWait" : "recordsTakenIn"
         }
     }
 }
@@ -100,7 +108,7 @@ final class PipelineModel {
         var random = SplitMix64(seed: seed)
         func pick(_ bound: Int) -> Int { Int(random.next() % UInt64(bound)) }
         return (0..<count).map { _ in
-            switch pick(100) {
+            switch pick(102) {
             case 0..<30: .fix(vehicle: pick(vehicleCount), time: Int64(pick(2_000)))
             case 30..<33: .bad(partition: pick(partitionCount))
             case 33..<35: .skipped(partition: pick(partitionCount))
@@ -111,10 +119,11 @@ final class PipelineModel {
             case 74..<78: .liveCheckFindsNewer(pick(16), by: Int64(pick(300)))
             case 78..<81: .writeDeadLetter(pick(8))
             case 81..<83: .failDeadLetter(pick(8))
-            case 83..<91: .advance(milliseconds: [1, 50, 400, 3_000][pick(4)])
-            case 91..<95: .answerCommit(failed: pick(4) == 0)
+            case 83..<91: .advance(milliseconds: [1, 50, 400, 3_000, 12_000][pick(5)])
+            case 91..<95: .answerCommit(pick(4), failed: pick(4) == 0)
             case 95..<98: .revoke(partition: pick(partitionCount), waitsForWork: pick(3) != 0)
-            default: .assign(partition: pick(partitionCount))
+            case 98..<100: .assign(partition: pick(partitionCount))
+            default: .recordsWait(pick(2) == 0)
             }
         }
     }
@@ -158,6 +167,11 @@ final class PipelineModel {
     private var now: ContinuousClock.Instant
     private var state: PipelineState<Int>
     private var generations: [Int32: UInt64] = [:]
+    /// Partitions between the revoke's beginning and its end: no longer owned.
+    private var revoking: Set<Int32> = []
+    /// The highest offset the state reported committed, per partition, under its generation.
+    private var committedHighest: [Int32: (generation: UInt64, offset: Int64)] = [:]
+    private var recordsWaiting = false
     private var nextGeneration: UInt64 = 1
     private var nextOffset: [Int32: Int64] = [:]
     private var nextWorker = 0
@@ -198,6 +212,13 @@ final class PipelineModel {
     }
 
     private func partition(_ number: Int32) -> TopicPartition { TopicPartition(topic: "t", partition: number) }
+
+    /// Whether work on the record goes on, as the model sees it: its partition assigned under
+    /// its generation and not being revoked.
+    private func owns(_ source: RecordSource) -> Bool {
+        let number = source.topicPartition.partition
+        return generations[number] == source.generation && !revoking.contains(number)
+    }
 
     private func key(_ source: RecordSource) -> RecordKey {
         RecordKey(partition: source.topicPartition.partition, offset: source.offset, generation: source.generation)
@@ -249,7 +270,7 @@ final class PipelineModel {
         case .writeDeadLetter(let index):
             guard !deadLetters.isEmpty else { return }
             let order = deadLetters.remove(at: index % deadLetters.count)
-            let ending = state.owns(order.source)
+            let ending = owns(order.source)
             observe(state.deadLetterWritten(order.source, now: now))
             if ending { end(key(order.source)) }
         case .failDeadLetter(let index):
@@ -260,15 +281,18 @@ final class PipelineModel {
         case .advance(let milliseconds):
             now += .milliseconds(milliseconds)
             observe(state.deadlineReached(now: now))
-        case .answerCommit(let failed):
+        case .answerCommit(let index, let failed):
             guard !commitsUnderWay.isEmpty else { return }
-            let order = commitsUnderWay.removeFirst()
+            let order = commitsUnderWay.remove(at: index % commitsUnderWay.count)
             observe(state.commitAnswered(order, failure: failed ? "refused" : nil, now: now))
         case .revoke(let number, let waitsForWork):
             revoke(Int32(number), waitsForWork: waitsForWork)
         case .assign(let number):
             guard generations[Int32(number)] == nil else { return }
             assign([Int32(number)])
+        case .recordsWait(let waiting):
+            recordsWaiting = waiting
+            observe(state.recordsWait(waiting))
         }
     }
 
@@ -296,7 +320,7 @@ final class PipelineModel {
     }
 
     private func complete(_ request: CoalescedRequest, _ delivery: Delivery) {
-        let owned = request.sources.allSatisfy(state.owns)
+        let owned = request.sources.allSatisfy(owns)
         let actions = state.complete(request, delivery, now: now, random: { $0.lowerBound })
         let vehicle = request.update.vehicle.id
         if delivery.outcome == .accepted {
@@ -333,6 +357,7 @@ final class PipelineModel {
         guard generations[number] != nil else { return }
         let revoked = [partition(number)]
         state.beginRevoke(revoked)
+        revoking.insert(number)
         if waitsForWork {
             let underWay = inFlight.filter { $0.sources.contains { $0.topicPartition.partition == number } }
             inFlight.removeAll { $0.sources.contains { $0.topicPartition.partition == number } }
@@ -341,8 +366,12 @@ final class PipelineModel {
             }
         }
         let (offsets, actions) = state.finishRevoke(revoked)
-        for offset in offsets { checkCommit(offset, what: "the revoke's final commit") }
+        for offset in offsets {
+            checkCommit(offset, what: "the revoke's final commit")
+            checkForward(offset.offset, of: number)
+        }
         generations[number] = nil
+        revoking.remove(number)
         heldForRetry = heldForRetry.filter { $0.key.partition != number }
         deadLetters.removeAll { $0.source.topicPartition.partition == number }
         lettersFailed.removeAll { $0.source.topicPartition.partition == number }
@@ -378,7 +407,13 @@ final class PipelineModel {
         deadLetters += actions.deadLetters
         if let change = actions.pause { announcedWish = change.wish }
         if let order = actions.commit {
-            for offset in order.offsets { checkCommit(offset, what: "a commit order") }
+            for offset in order.offsets {
+                checkCommit(offset, what: "a commit order")
+                let number = offset.topicPartition.partition
+                if let highest = committedHighest[number], highest.generation == generations[number], offset.offset < highest.offset {
+                    violations.append("a commit order takes p\(number) back from \(highest.offset) to \(offset.offset)")
+                }
+            }
             commitsUnderWay.append(order)
         }
         // A bad record's dead letter is ordered as it is consumed.
@@ -426,22 +461,50 @@ final class PipelineModel {
         }
     }
 
+    /// A committed offset of a partition only moves forward under one assignment generation.
+    private func checkForward(_ committed: Int64, of number: Int32) {
+        guard let generation = generations[number] else { return }
+        if let highest = committedHighest[number], highest.generation == generation {
+            if committed < highest.offset {
+                violations.append("p\(number)'s committed offset moved back from \(highest.offset) to \(committed)")
+            }
+            if committed <= highest.offset { return }
+        }
+        committedHighest[number] = (generation, committed)
+    }
+
+    /// The wish against the model's own counts: records it knows unfinished (a lower bound),
+    /// and records consumed that it has not seen finish (an upper bound: a fix dropped as
+    /// stale when its vehicle is taken from the queue finishes unseen).
+    private func checkPauseWish(_ wish: Set<TopicPartition>) {
+        let assigned = Set(generations.keys.map(partition))
+        if recordsWaiting {
+            if wish != assigned { violations.append("records wait, yet the wish \(wish.map(\.description).sorted()) is not every partition") }
+            return
+        }
+        let share = max(1, 30 / max(1, generations.count))
+        let known = Dictionary(grouping: knownUnfinished, by: \.partition).mapValues(\.count)
+        for (number, generation) in generations {
+            let atLeast = known[number, default: 0]
+            let atMost = consumed.filter { $0.partition == number && $0.generation == generation && !finished.contains($0) }.count
+            if atLeast >= share, !wish.contains(partition(number)) {
+                violations.append("p\(number) holds at least \(atLeast) unfinished records, its share \(share), and is not paused")
+            }
+            if atMost <= share / 2, wish.contains(partition(number)) {
+                violations.append("p\(number) holds at most \(atMost) unfinished records, half its share or less, and stays paused")
+            }
+        }
+    }
+
     func brokenPromise() -> String? {
         for offset in state.offsetsToCommit() { checkCommit(offset, what: "the committable offset") }
         for (partition, committed) in state.lastCommittedOffsets {
             checkCommit(TopicPartitionOffset(partition, offset: committed), what: "the committed offset")
+            checkForward(committed, of: partition.partition)
         }
-        let share = max(1, 30 / max(1, generations.count))
-        let wish = state.pauseWish
-        for (partition, unfinished) in state.unfinishedPerPartition {
-            if unfinished >= share, !wish.contains(partition) {
-                violations.append("\(partition) holds \(unfinished) unfinished records, its share \(share), and is not paused")
-            }
-            if unfinished <= share / 2, wish.contains(partition) {
-                violations.append("\(partition) holds \(unfinished) unfinished records, half its share or less, and stays paused")
-            }
-        }
-        if announcedWish != wish {
+        checkPauseWish(state.pauseWish)
+        if announcedWish != state.pauseWish {
+            let wish = state.pauseWish
             violations.append("the announced pause wish \(announcedWish.map(\.description).sorted()) is not the state's \(wish.map(\.description).sorted())")
         }
         if let twice = endings.first(where: { $0.value > 1 }) { violations.append("\(twice.key) ended \(twice.value) times") }
@@ -452,7 +515,7 @@ final class PipelineModel {
     func drain() {
         for _ in 0..<200 {
             while let order = deadLetters.popLast() {
-                let ending = state.owns(order.source)
+                let ending = owns(order.source)
                 observe(state.deadLetterWritten(order.source, now: now))
                 if ending { end(key(order.source)) }
             }

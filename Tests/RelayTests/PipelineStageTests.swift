@@ -4,7 +4,7 @@ import FleetEngine
 import InputFormats
 import Kafka
 import NIOPosix
-import Relay
+@testable import Relay
 import Synchronization
 import Testing
 
@@ -70,20 +70,33 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
 }
 
 @Suite struct RelayHealthTests {
-    /// Partitions paused against flow control's wish are normal for a moment (a reader
-    /// briefly behind); for longer than the limit they mean a stuck process.
-    @Test func partitionsPausedAgainstTheWishTooLongMakeTheProcessUnhealthy() throws {
+    /// Records waiting for the Schema Registry are a readiness matter, named with their reason
+    /// once they waited past the outage limit; liveness stays ok, since a restart mends no
+    /// registry outage; and readiness recovers once they no longer wait.
+    @Test func recordsWaitingForTheRegistryTurnReadinessOffAndNeverLiveness() throws {
+        let health = RelayHealth(maximumOutage: .seconds(60))
+        let began = ContinuousClock.now - .seconds(61)
+        health.recordSchemaRegistryUnavailable("the registry answered 503", now: began)
+        health.recordSchemaRegistryUnavailable("the registry answered 503", now: .now)
+        let waiting = try #require(health.readiness.first { $0.name == "schema_registry" })
+        #expect(!waiting.ok, "61 s of waiting: past the outage limit")
+        #expect(waiting.detail.contains("the registry answered 503") && waiting.detail.contains("61 s"), "\(waiting.detail)")
+        #expect(health.liveness.allSatisfy { $0.ok })
+        health.recordSchemaRegistryUnavailable(nil)
+        #expect(health.readiness.first { $0.name == "schema_registry" }?.ok == true)
+    }
+
+    /// A poll loop that stopped coming round is what only a restart mends.
+    @Test func aPollLoopSilentPastItsLimitFailsLiveness() throws {
         let health = RelayHealth()
-        let pausedFor = Mutex(0.0)
-        health.watchPollLoop(secondsSinceLastPoll: { 0 }, secondsPausedAgainstWish: { pausedFor.withLock { $0 } })
-        func flowControl(pausedForSeconds seconds: Double) throws -> RelayHealth.Check {
-            pausedFor.withLock { $0 = seconds }
-            return try #require(health.liveness.first { $0.name == "flow_control" })
+        let silentFor = Mutex(0.0)
+        health.watchPollLoop(secondsSinceLastPoll: { silentFor.withLock { $0 } })
+        func pollLoop(silentForSeconds seconds: Double) throws -> RelayHealth.Check {
+            silentFor.withLock { $0 = seconds }
+            return try #require(health.liveness.first { $0.name == "kafka_poll_loop" })
         }
-        let limit = Double(RelayHealth.unwishedPauseLimit.components.seconds)
-        #expect(try flowControl(pausedForSeconds: limit).ok)
-        #expect(try !flowControl(pausedForSeconds: limit + 1).ok)
-        #expect(try flowControl(pausedForSeconds: 0).ok)
+        #expect(try pollLoop(silentForSeconds: RelayHealth.stuckPollSeconds).ok)
+        #expect(try !pollLoop(silentForSeconds: RelayHealth.stuckPollSeconds + 1).ok)
     }
 }
 

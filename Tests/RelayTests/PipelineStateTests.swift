@@ -703,7 +703,7 @@ import Testing
         core.consume([core.fix(first.update.vehicle.id, at: 2, offset: 2)])
         let second = try #require(core.request())
         #expect(core.request() == nil)
-        core.observe(core.state.closeIntake())
+        core.observe(core.state.closeIntake(now: core.now))
         #expect(core.resumed.isEmpty, "requests are still under way")
         core.complete(first, .accepted)
         #expect(core.resumed.isEmpty)

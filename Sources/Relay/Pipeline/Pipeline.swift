@@ -44,30 +44,30 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         lock.unlock()
     }
 
-    /// Hands the pause wish to Kafka; must not block or call back into the pipeline.
-    typealias PauseApplier = @Sendable (Set<TopicPartition>) -> Void
+    /// Hands a pause wish to the record source, which applies it only when its sequence number
+    /// is higher than the last one it applied; must not block.
+    typealias PauseApplier = @Sendable (_ wish: Set<TopicPartition>, _ sequence: UInt64) -> Void
     private var applyPauseWish: PauseApplier?
 
-    /// From now on, pause wishes go to Kafka through `applier`, in the order the state made
-    /// them: two events changing the wish on two threads cannot hand them over swapped.
+    /// From now on, pause wishes go to the record source through `applier`, outside the lock:
+    /// two events changing the wish on two threads may hand them over swapped, and the
+    /// sequence number lets the source keep the newer one.
     func applyPauses(through applier: PauseApplier?) {
         lock.lock()
         applyPauseWish = applier
         lock.unlock()
     }
 
-    /// Runs one event under the lock and carries out its mechanical actions after it. A pause
-    /// wish is handed to Kafka under the lock too: handed over after it, an older wish could
-    /// overtake a newer one and leave a partition paused that the state resumed. A commit
-    /// order is handed to Kafka under the lock: a revoke takes the lock before its partitions
-    /// go, so it cannot slip between the order (made for partitions still owned) and the
-    /// commit entering librdkafka's queue, where it goes out with the group generation of that
-    /// moment. Committed later, it could rewind the next owner's offset.
+    /// Runs one event under the lock and carries out its mechanical actions after it. The one
+    /// call made inside the lock is the commit enqueue: a revoke takes the lock before its
+    /// partitions go, so it cannot slip between the order (made for partitions still owned)
+    /// and the commit entering librdkafka's queue, where it goes out with the group generation
+    /// of that moment. Committed later, it could rewind the next owner's offset. The enqueue
+    /// neither blocks nor calls back into the pipeline.
     @discardableResult
     func handle(_ event: (inout PipelineState<Worker>) -> Actions) -> Actions {
         lock.lock()
         var actions = event(&state)
-        if let change = actions.pause { applyPauseWish?(change.wish) }
         if let order = actions.commit, let issueCommit {
             if let refusal = issueCommit(order) {
                 let answered = state.commitAnswered(order, failure: refusal, now: .now)
@@ -75,7 +75,9 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
                 actions.wakeTimer = actions.wakeTimer || answered.wakeTimer
             }
         }
+        let applyPauseWish = actions.pause == nil ? nil : self.applyPauseWish
         lock.unlock()
+        if let change = actions.pause { applyPauseWish?(change.wish, change.sequence) }
         if actions.workFinished { lock.broadcast() }
         if actions.wakeTimer { alarm.ring() }
         for (worker, request) in actions.resume { worker.resume(returning: request) }

@@ -66,7 +66,7 @@ public final class PipelineDriver: Sendable {
     /// Stops intake for good (shutdown, an interrupted replay): what is queued stays
     /// unfinished, and the workers stop once the requests under way ended.
     public func closeIntake() {
-        carryOut(pipeline.handle { $0.closeIntake() })
+        carryOut(pipeline.handle { $0.closeIntake(now: .now) })
     }
 
     /// Reads the state, for figures and progress.
@@ -74,10 +74,26 @@ public final class PipelineDriver: Sendable {
         pipeline.read(body)
     }
 
-    /// From now on, pause wishes go through `applier`, in the order the state made them
-    /// (under the pipeline's lock: it must not block or call back).
-    public func applyPauses(through applier: (@Sendable (Set<TopicPartition>) -> Void)?) {
+    /// From now on, pause wishes go through `applier`, each with its sequence number: the
+    /// record source applies a wish only when it is newer than the last it applied.
+    public func applyPauses(through applier: (@Sendable (_ wish: Set<TopicPartition>, _ sequence: UInt64) -> Void)?) {
         pipeline.applyPauses(through: applier)
+    }
+
+    /// Records wait for their schema because the Schema Registry cannot be asked (`reason`), or
+    /// no longer do (nil). While they wait, fetching pauses for every partition and readiness
+    /// says why; liveness is not concerned: a restart mends no outage of the registry.
+    public func recordsWaitForSchemaRegistry(because reason: String?) {
+        health.recordSchemaRegistryUnavailable(reason)
+        let actions = pipeline.handle { $0.recordsWait(reason != nil) }
+        if actions.pause != nil {
+            if let reason {
+                logger.warning("Fetching paused for every partition: records wait for the Schema Registry (\(reason))")
+            } else {
+                logger.notice("Records taken in again: fetching resumes")
+            }
+        }
+        carryOut(actions)
     }
 
     /// From now on, commit orders go through `issuer`, which must not block or call back
@@ -127,7 +143,7 @@ public final class PipelineDriver: Sendable {
     /// unfinished records, and resumes once half of that finished (decided by the pipeline,
     /// which hands the wish to the consumer).
     private func logPause(_ change: PauseChange) {
-        if !change.pausing.isEmpty {
+        if !change.pausing.isEmpty, !change.recordsWait {
             logger.info("Pausing \(change.pausing.map(\.description).joined(separator: ", ")): at least \(change.share) records unfinished each")
         }
         if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }

@@ -51,10 +51,16 @@ public struct CommitOrder: Sendable, Equatable {
 public struct PauseChange: Sendable, Equatable {
     /// Every partition to keep paused now.
     public var wish: Set<TopicPartition>
+    /// Grows with every wish the state hands out: wishes leave the lock and may reach the record
+    /// source out of order, so the source applies one only when it is newer than the last it applied.
+    public var sequence: UInt64
     public var pausing: [TopicPartition]
     public var resuming: [TopicPartition]
     /// Unfinished records per partition at which fetching pauses.
     public var share: Int
+    /// Every partition is paused because records wait to be taken in (the Schema Registry
+    /// cannot be asked): none is over its share.
+    public var recordsWait: Bool
 }
 
 /// The bounds and pacing `PipelineState` works within.
@@ -175,15 +181,6 @@ public struct PipelineState<Waiter> {
 
     public typealias Actions = PipelineActions<Waiter>
 
-    private struct DueLetter: Comparable {
-        let due: ContinuousClock.Instant
-        let sequence: UInt64
-        let order: DeadLetterOrder
-
-        static func < (lhs: DueLetter, rhs: DueLetter) -> Bool { (lhs.due, lhs.sequence) < (rhs.due, rhs.sequence) }
-        static func == (lhs: DueLetter, rhs: DueLetter) -> Bool { lhs.sequence == rhs.sequence }
-    }
-
     private struct DueVehicle: Comparable {
         let due: ContinuousClock.Instant
         let vehicle: VehicleIdentity
@@ -201,13 +198,8 @@ public struct PipelineState<Waiter> {
     private var lanes: Lanes = [:]
     private var ready = Deque<VehicleIdentity>()
     private var deferred = Heap<DueVehicle>()
-    /// Dead letters whose write failed, each ordered again at the end of its backoff.
-    private var lettersDue = Heap<DueLetter>()
-    private var lettersRetried: UInt64 = 0
-    /// Dead letters ordered and neither written nor dropped: workers are released only after them.
-    private var lettersOutstanding = 0
-    /// Shutdown ran out of time: letters still outstanding stay unwritten and hold nobody.
-    private var lettersGivenUp = false
+    /// Dead letters ordered and not yet ended: workers are released only after them.
+    private var letters = LetterQueue()
     private var waiters = Deque<Waiter>()
     /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
     /// epoch reads its live location.
@@ -228,8 +220,12 @@ public struct PipelineState<Waiter> {
     /// What the timer sleeps until, while it sleeps.
     private var timerDeadline: ContinuousClock.Instant
     private var timerSleeping = false
-    /// The pause wish last handed out in the actions.
+    /// The pause wish last handed out in the actions, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
+    private var pauseWishes: UInt64 = 0
+    /// Records wait before they can be taken in (their schema cannot be fetched): fetching
+    /// pauses for every partition until they are taken in, since nothing more can be meanwhile.
+    private var recordsWaiting = false
     private var announcedVehiclesFailing = 0
     /// Unfinished records on all partitions, kept up to date rather than summed per event.
     public private(set) var unfinishedRecords = 0
@@ -266,7 +262,7 @@ public struct PipelineState<Waiter> {
         epoch += 1
         var actions = Actions()
         for partition in partitions.keys { updatePause(partition, &actions) }
-        return finished(actions, assignmentChanged: true)
+        return finished(actions, wishChanged: true)
     }
 
     /// Stops new work on the partitions. Requests and dead letters under way are not
@@ -307,7 +303,7 @@ public struct PipelineState<Waiter> {
         }
         var actions = Actions()
         for partition in partitions.keys { updatePause(partition, &actions) }
-        return (offsets, finished(actions, assignmentChanged: true))
+        return (offsets, finished(actions, wishChanged: true))
     }
 
     /// Whether work on the record should go on: its partition is assigned under the same
@@ -364,12 +360,8 @@ public struct PipelineState<Waiter> {
     public mutating func deadLetterFailed(_ order: DeadLetterOrder, now: ContinuousClock.Instant,
                                           random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
         var actions = Actions()
-        if owns(order.source), !lettersGivenUp {
-            var again = order
-            again.failedWrites += 1
-            let due = now + limits.retryPolicy.delay(attempt: order.failedWrites, retryAfterSeconds: nil, random: random)
-            lettersRetried += 1
-            lettersDue.insert(DueLetter(due: due, sequence: lettersRetried, order: again))
+        let backoff = limits.retryPolicy.delay(attempt: order.failedWrites, retryAfterSeconds: nil, random: random)
+        if owns(order.source), let due = letters.failed(order, backoff: backoff, now: now) {
             wakeTimer(for: due, &actions)
         } else {
             dropLetter(order, now: now, &actions)
@@ -388,26 +380,23 @@ public struct PipelineState<Waiter> {
     /// Shutdown ran out of time: every letter still outstanding stays unwritten (its record
     /// uncommitted), none is ordered again, and the workers no longer wait for them.
     public mutating func giveUpDeadLetters(now: ContinuousClock.Instant) -> Actions {
-        lettersGivenUp = true
-        lettersDue = Heap()
+        letters.giveUp()
         var actions = Actions()
         serveWaiters(now: now, &actions)
         return finished(actions)
     }
 
     private mutating func letterEnded(now: ContinuousClock.Instant, _ actions: inout Actions) {
-        lettersOutstanding -= 1
-        if lettersOutstanding == 0 { serveWaiters(now: now, &actions) }
+        if letters.ended() { serveWaiters(now: now, &actions) }
     }
 
     /// Letters whose backoff ended are ordered again; those of partitions no longer ours are dropped.
     private mutating func orderDueLetters(now: ContinuousClock.Instant, _ actions: inout Actions) {
-        while let first = lettersDue.min, first.due <= now {
-            lettersDue.removeMin()
-            if owns(first.order.source) {
-                actions.deadLetters.append(first.order)
+        for order in letters.takeDue(now: now) {
+            if owns(order.source) {
+                actions.deadLetters.append(order)
             } else {
-                dropLetter(first.order, now: now, &actions)
+                dropLetter(order, now: now, &actions)
             }
         }
     }
@@ -556,9 +545,10 @@ public struct PipelineState<Waiter> {
         }
     }
 
-    /// Stops intake for good (shutdown): drops every queued fix, unsent and unfinished, so
-    /// it stays uncommitted; workers are released once the requests under way ended.
-    public mutating func closeIntake() -> Actions {
+    /// Stops intake for good (shutdown): fetching pauses for every partition, now and after any
+    /// later assignment; every queued fix is dropped, unsent and unfinished, so it stays
+    /// uncommitted; workers are released once the requests under way ended.
+    public mutating func closeIntake(now: ContinuousClock.Instant) -> Actions {
         intakeClosed = true
         for vehicle in lanes.keys {
             lanes[vehicle]!.queued = []
@@ -567,8 +557,8 @@ public struct PipelineState<Waiter> {
         ready = []
         deferred = Heap()
         var actions = Actions()
-        serveWaiters(now: .now, &actions)
-        return finished(actions)
+        serveWaiters(now: now, &actions)
+        return finished(actions, wishChanged: true)
     }
 
     /// No more records will come (a replay reached the end of its window): vehicles holding
@@ -582,13 +572,22 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
+    /// Records wait before they can be taken in (`waiting`: their schema cannot be fetched), or
+    /// no longer do: fetching pauses for every partition meanwhile, since the reader takes in
+    /// nothing more until they are, and resumes as the shares say once they were.
+    public mutating func recordsWait(_ waiting: Bool) -> Actions {
+        guard waiting != recordsWaiting else { return Actions() }
+        recordsWaiting = waiting
+        return finished(Actions(), wishChanged: true)
+    }
+
     // MARK: Deadlines
 
     /// The next moment something is due: a deferred vehicle, or forgetting idle vehicles. The
     /// sweep is always due at some point, so a sleeping timer never misses the first vehicle.
     public var nextDeadline: ContinuousClock.Instant {
         var next = deferred.min.map { min($0.due, nextSweep) } ?? nextSweep
-        if let letter = lettersDue.min { next = min(next, letter.due) }
+        if let letter = letters.nextDue { next = min(next, letter) }
         if let budgetDue { next = min(next, budgetDue) }
         // While a commit awaits its answer, the next one waits for that answer (or its limit).
         if let commitUnderWay {
@@ -698,7 +697,11 @@ public struct PipelineState<Waiter> {
     // MARK: Observation
 
     public var assignedPartitions: [TopicPartition] { partitions.keys.sorted() }
-    public var pauseWish: Set<TopicPartition> { Set(partitions.filter(\.value.paused).keys) }
+    /// Every partition while records wait to be taken in or after intake closed (shutdown);
+    /// otherwise those holding their share of unfinished records.
+    public var pauseWish: Set<TopicPartition> {
+        recordsWaiting || intakeClosed ? Set(partitions.keys) : Set(partitions.filter(\.value.paused).keys)
+    }
     public var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinished.count) }
     public var uncommittedRecords: Int64 { partitions.values.reduce(0) { $0 + $1.uncommitted } }
     public var lastCommittedOffsets: [TopicPartition: Int64] { partitions.compactMapValues(\.lastCommitted) }
@@ -789,7 +792,7 @@ public struct PipelineState<Waiter> {
     /// ended and nothing is queued, deferred or under way; and no dead letter is outstanding
     /// (the workers' end is what ends the dead-letter writer).
     private var isDrained: Bool {
-        requestsInFlight == 0 && (lettersOutstanding == 0 || lettersGivenUp) && (intakeClosed || (inputEnded && ready.isEmpty && deferred.isEmpty))
+        requestsInFlight == 0 && letters.isSettled && (intakeClosed || (inputEnded && ready.isEmpty && deferred.isEmpty))
     }
 
     private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
@@ -841,7 +844,7 @@ public struct PipelineState<Waiter> {
         if partitions[source.topicPartition]?.generation == source.generation {
             partitions[source.topicPartition]!.workUnderWay += 1
         }
-        lettersOutstanding += 1
+        letters.ordered()
         actions.deadLetters.append(DeadLetterOrder(source: source, reason: reason, detail: detail))
     }
 
@@ -905,21 +908,25 @@ public struct PipelineState<Waiter> {
     }
 
     /// Completes an event's actions with the pause wish, when it differs from the last one
-    /// handed out. After an assignment change it is handed out even when no partition flipped,
-    /// so that a revoked partition's pause never lingers in the consumer's wish.
-    private mutating func finished(_ actions: Actions, assignmentChanged: Bool = false) -> Actions {
+    /// handed out. After an assignment change (or a change of `recordsWaiting`) it is handed out
+    /// even when no partition flipped, so that a revoked partition's pause never lingers in the
+    /// consumer's wish.
+    private mutating func finished(_ actions: Actions, wishChanged: Bool = false) -> Actions {
         var actions = actions
         noteBurst(&actions)
         if vehiclesFailing != announcedVehiclesFailing {
             announcedVehiclesFailing = vehiclesFailing
             actions.vehiclesFailing = vehiclesFailing
         }
-        guard assignmentChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty else { return actions }
+        guard wishChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty else { return actions }
         let wish = pauseWish
-        guard assignmentChanged || wish != announcedPauseWish else { return actions }
+        guard wishChanged || wish != announcedPauseWish else { return actions }
         announcedPauseWish = wish
-        actions.pause = PauseChange(wish: wish, pausing: actions.pausing.filter(wish.contains).sorted(),
-                                    resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: share)
+        pauseWishes += 1
+        actions.pause = PauseChange(wish: wish, sequence: pauseWishes,
+                                    pausing: actions.pausing.filter(wish.contains).sorted(),
+                                    resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: share,
+                                    recordsWait: recordsWaiting)
         return actions
     }
 }

@@ -1,0 +1,57 @@
+import Kafka
+@testable import Relay
+import Testing
+
+/// The pipeline's dead letters on their own: what holds the workers, and when a failed
+/// letter comes due again.
+@Suite struct LetterQueueTests {
+    let start = ContinuousClock.now
+
+    func order(_ offset: Int64) -> DeadLetterOrder {
+        DeadLetterOrder(source: RecordSource(KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [],
+                                                         assignmentGeneration: 1)),
+                        reason: "not_json", detail: "")
+    }
+
+    @Test func lettersHoldTheWorkersUntilTheLastOneEnded() {
+        var letters = LetterQueue()
+        #expect(letters.isSettled)
+        letters.ordered()
+        letters.ordered()
+        #expect(!letters.isSettled)
+        let first = letters.ended()
+        #expect(!first, "one is still outstanding")
+        let last = letters.ended()
+        #expect(last, "the last one")
+        #expect(letters.isSettled)
+    }
+
+    /// A failed letter comes due at the end of its backoff, with its failure counted, and failed
+    /// letters come due in the order of their due times; a failed letter stays outstanding.
+    @Test func failedLettersComeDueInTheOrderOfTheirBackoff() {
+        var letters = LetterQueue()
+        letters.ordered()
+        letters.ordered()
+        #expect(letters.failed(order(1), backoff: .seconds(2), now: start) == start + .seconds(2))
+        #expect(letters.failed(order(2), backoff: .seconds(1), now: start) == start + .seconds(1))
+        #expect(letters.nextDue == start + .seconds(1))
+        #expect(letters.takeDue(now: start + .milliseconds(999)).isEmpty)
+        let due = letters.takeDue(now: start + .seconds(2))
+        #expect(due.map(\.source.offset) == [2, 1])
+        #expect(due.allSatisfy { $0.failedWrites == 1 })
+        #expect(letters.nextDue == nil)
+        #expect(!letters.isSettled, "a letter ordered again is still outstanding")
+    }
+
+    /// Shutdown out of time: nothing failed comes due again, and nothing outstanding holds the workers.
+    @Test func givingUpSettlesEveryLetter() {
+        var letters = LetterQueue()
+        letters.ordered()
+        letters.ordered()
+        _ = letters.failed(order(1), backoff: .seconds(1), now: start)
+        letters.giveUp()
+        #expect(letters.isSettled)
+        #expect(letters.takeDue(now: start + .seconds(5)).isEmpty)
+        #expect(letters.failed(order(2), backoff: .seconds(1), now: start) == nil, "a letter failing after the give-up is dropped")
+    }
+}
