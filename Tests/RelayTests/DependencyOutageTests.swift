@@ -72,6 +72,19 @@ import Testing
             .highWatermarks(topic: harness.topic + ".dlq", partitions: 1).values.allSatisfy { $0 == 0 }
     }
 
+    /// Once the dependency is back: every fix delivered and committed, nothing dead-lettered, ready
+    /// again, no vehicle moved backwards, and a clean stop.
+    static func expectEverythingDeliveredAfterwards(_ fixes: [GeneratedEvents.Event], _ harness: RelayHarness, group: String,
+                                                   relay: IntegrationTests.CommandLineTests.RunningProcess, metricsPort: Int) async throws {
+        try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: fixes), group: group)
+        #expect(try await deadLetterTopicIsEmpty(harness))
+        try await eventually("/readyz answers 200 again") { try await httpGet("http://127.0.0.1:\(metricsPort)/readyz").status == 200 }
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(harness.backwardsUpdates == 0)
+    }
+
     static func expectHealthyThroughout(_ samples: OpsSamples) {
         #expect(samples.liveness.count >= 50, "sampled /healthz \(samples.liveness.count) times")
         #expect(samples.liveness.allSatisfy { $0 == 200 },
@@ -111,13 +124,7 @@ import Testing
         #expect(relay.log.contains("Fetching paused for every partition"), "the log says why fetching paused")
 
         registry.setAvailable(true)
-        try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: fixes), group: "registry-outage")
-        #expect(try await Self.deadLetterTopicIsEmpty(harness))
-        #expect(try await httpGet("http://127.0.0.1:\(metricsPort)/readyz").status == 200)
-        relay.process.terminate()
-        let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
-        #expect(harness.backwardsUpdates == 0)
+        try await Self.expectEverythingDeliveredAfterwards(fixes, harness, group: "registry-outage", relay: relay, metricsPort: metricsPort)
         await server.shutdown()
         await harness.shutdown()
     }
@@ -154,12 +161,7 @@ import Testing
         #expect(try await Self.deadLetterTopicIsEmpty(harness), "nothing dead-lettered")
 
         tokenService.behaviour = .normal
-        try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: fixes), group: "signer-outage")
-        #expect(try await Self.deadLetterTopicIsEmpty(harness))
-        relay.process.terminate()
-        let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
-        #expect(harness.backwardsUpdates == 0)
+        try await Self.expectEverythingDeliveredAfterwards(fixes, harness, group: "signer-outage", relay: relay, metricsPort: metricsPort)
         await server.shutdown()
         await harness.shutdown()
     }
