@@ -1,0 +1,248 @@
+import Kafka
+
+/// The pipeline's books of the assigned partitions: per partition its generation, unfinished
+/// offsets, work under way, revoke and share of the pending records; the pause wish; and the
+/// commit schedule with its answers. It knows nothing of vehicles or requests: the pipeline
+/// tells it which records were taken in, finished, or are being worked on.
+///
+/// Guarantee: an offset is committable only when every record of its partition at or below it
+/// finished, and a commit answer applies only to the generation it was ordered under.
+struct PartitionLedger {
+    /// A commit without an answer this long after it was ordered counts as failed.
+    static var commitAnswerLimit: Duration { PipelineLimits.commitAnswerLimit }
+
+    let commitInterval: Duration
+    let maximumPendingRecords: Int
+    private var partitions: [TopicPartition: PartitionProgress] = [:]
+    /// Unfinished records on all partitions, kept up to date rather than summed per event.
+    private(set) var unfinishedRecords = 0
+    /// When finished offsets are next committed; nil while nothing waits to be committed.
+    private var commitDue: ContinuousClock.Instant?
+    /// The commit ordered last, while its answer is awaited, and when it counts as failed.
+    private var commitUnderWay: (order: CommitOrder, answerBy: ContinuousClock.Instant)?
+    private var lastCommitOrderedAt: ContinuousClock.Instant?
+    private var commitOrders: UInt64 = 0
+    /// Every partition is to be paused, whatever its share says (records wait for the Schema
+    /// Registry; shutdown).
+    var pausesEveryPartition = false
+    /// The pause wish last handed out, and its sequence number.
+    private var announcedPauseWish: Set<TopicPartition> = []
+    private var pauseWishes: UInt64 = 0
+
+    init(commitInterval: Duration, maximumPendingRecords: Int) {
+        self.commitInterval = commitInterval
+        self.maximumPendingRecords = maximumPendingRecords
+    }
+
+    // MARK: Assignment
+
+    /// Partitions taken on under `generation`; one held before starts afresh.
+    mutating func assign(_ assigned: [TopicPartition], generation: UInt64) {
+        for partition in assigned {
+            unfinishedRecords -= partitions.updateValue(PartitionProgress(generation: generation), forKey: partition)?
+                .unfinished.count ?? 0
+        }
+    }
+
+    /// No new work starts on the partitions; work under way may still finish.
+    mutating func beginRevoke(_ revoking: [TopicPartition]) {
+        for partition in revoking where partitions[partition] != nil {
+            partitions[partition]!.revoking = true
+        }
+    }
+
+    /// Forgets the partitions; returns their final commit offsets (those not yet committed).
+    mutating func finishRevoke(_ revoked: [TopicPartition]) -> [TopicPartitionOffset] {
+        revoked.compactMap { partition -> TopicPartitionOffset? in
+            guard let progress = partitions.removeValue(forKey: partition) else { return nil }
+            unfinishedRecords -= progress.unfinished.count
+            return progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
+        }
+    }
+
+    /// Whether work on the record should go on: its partition is assigned under the same
+    /// generation and not being revoked.
+    func owns(_ source: RecordSource) -> Bool {
+        guard let partition = partitions[source.topicPartition] else { return false }
+        return partition.generation == source.generation && !partition.revoking
+    }
+
+    // MARK: Records and work
+
+    /// Takes a record in; false when its partition is not ours or it was taken in before.
+    mutating func register(_ source: RecordSource, now: ContinuousClock.Instant) -> Bool {
+        guard owns(source), partitions[source.topicPartition]!.register(source.offset, at: now) else { return false }
+        unfinishedRecords += 1
+        return true
+    }
+
+    /// The record finished; false when it is not of a partition's current generation (nothing changes).
+    @discardableResult
+    mutating func finish(_ source: RecordSource) -> Bool {
+        guard partitions[source.topicPartition]?.generation == source.generation else { return false }
+        if partitions[source.topicPartition]!.finish(source.offset) { unfinishedRecords -= 1 }
+        return true
+    }
+
+    /// Work that settles records of these partitions began (a request, a dead-letter write).
+    mutating func beginWork(on sites: [PartitionGeneration]) {
+        for site in sites where partitions[site.topicPartition]?.generation == site.generation {
+            partitions[site.topicPartition]!.workUnderWay += 1
+        }
+    }
+
+    /// Work on these partitions ended; true when some partition has none left (a revoke waiting may go on).
+    mutating func endWork(on sites: [PartitionGeneration]) -> Bool {
+        var idle = false
+        for site in sites where partitions[site.topicPartition]?.generation == site.generation {
+            partitions[site.topicPartition]!.workUnderWay -= 1
+            if partitions[site.topicPartition]!.workUnderWay == 0 { idle = true }
+        }
+        return idle
+    }
+
+    func workUnderWay(in partitions: [TopicPartition]) -> Int {
+        partitions.reduce(0) { $0 + (self.partitions[$1]?.workUnderWay ?? 0) }
+    }
+
+    // MARK: Pausing
+
+    /// Unfinished records per partition at which its fetching pauses: an equal share of the bound.
+    var share: Int { max(1, maximumPendingRecords / max(1, partitions.count)) }
+
+    /// Whether some partition holds its share (fetching waits for records to finish).
+    var anyPartitionAtItsShare: Bool { partitions.values.contains(where: \.paused) }
+
+    /// Every partition while `pausesEveryPartition`; otherwise those holding their share.
+    var pauseWish: Set<TopicPartition> {
+        pausesEveryPartition ? Set(partitions.keys) : Set(partitions.filter(\.value.paused).keys)
+    }
+
+    /// Pauses a partition holding its share of unfinished records, and resumes it once half
+    /// of that finished. Unfinished records are counted, not the window behind the oldest,
+    /// so a vehicle stuck in retries holds back only its own partition. Returns whether it
+    /// flipped, and which way (true: now at its share).
+    mutating func updateShare(_ partition: TopicPartition) -> Bool? {
+        guard let progress = partitions[partition] else { return nil }
+        let unfinished = progress.unfinished.count
+        if !progress.paused, unfinished >= share {
+            partitions[partition]!.paused = true
+            return true
+        }
+        if progress.paused, unfinished <= share / 2 {
+            partitions[partition]!.paused = false
+            return false
+        }
+        return nil
+    }
+
+    /// Every partition's share checked again (the assignment changed, so the share did).
+    mutating func updateEveryShare() -> [(TopicPartition, Bool)] {
+        partitions.keys.compactMap { partition in updateShare(partition).map { (partition, $0) } }
+    }
+
+    /// The wish, numbered, when it differs from the last one handed out (or `always`, after an
+    /// assignment change: a revoked partition's pause must never linger in the consumer's wish).
+    mutating func announceWish(always: Bool) -> (wish: Set<TopicPartition>, sequence: UInt64)? {
+        let wish = pauseWish
+        guard always || wish != announcedPauseWish else { return nil }
+        announcedPauseWish = wish
+        pauseWishes += 1
+        return (wish, pauseWishes)
+    }
+
+    // MARK: Commits
+
+    /// Offsets that advanced since the last commit, by partition.
+    func offsetsToCommit() -> [TopicPartitionOffset] {
+        partitions.compactMap { partition, progress in
+            progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
+        }.sorted { $0.topicPartition < $1.topicPartition }
+    }
+
+    /// What finished on partitions being revoked, to commit before the revoke waits for the
+    /// work under way: a member dropped from the group while it waits cannot commit any more.
+    func offsetsToCommit(revoking revoked: [TopicPartition]) -> [TopicPartitionOffset] {
+        revoked.compactMap { partition in
+            partitions[partition].flatMap { $0.revoking ? $0.offsetToCommit : nil }
+                .map { TopicPartitionOffset(partition, offset: $0) }
+        }
+    }
+
+    /// A commit inside the revoke succeeded: the final commit then carries only what finished since.
+    mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
+        for entry in offsets where partitions[entry.topicPartition]?.revoking == true {
+            partitions[entry.topicPartition]!.recordCommitted(entry.offset)
+        }
+    }
+
+    /// Something finished: a commit is due one interval after the last one was ordered (at once
+    /// when that is past), unless one is due already. Returns the due time when the timer must
+    /// hear of it (no commit awaits its answer).
+    mutating func scheduleCommit(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        guard commitDue == nil else { return nil }
+        let due = lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        commitDue = due
+        return commitUnderWay == nil ? due : nil
+    }
+
+    /// Orders a commit when one is due and none is awaited; a commit unanswered for
+    /// `commitAnswerLimit` counts as failed (returned as `failure`, and it is scheduled again),
+    /// so a lost answer never stops committing.
+    mutating func commitIfDue(now: ContinuousClock.Instant) -> (order: CommitOrder?, failure: String?) {
+        var failure: String?
+        if let underWay = commitUnderWay, now >= underWay.answerBy {
+            commitUnderWay = nil
+            failure = "no answer within \(Int(Self.commitAnswerLimit.inSeconds.rounded())) s"
+            _ = scheduleCommit(now: now)
+        }
+        guard let due = commitDue, now >= due, commitUnderWay == nil else { return (nil, failure) }
+        commitDue = nil
+        // A partition being revoked commits in its revoke, with what finished by then.
+        let offsets = offsetsToCommit().filter { partitions[$0.topicPartition]?.revoking == false }
+        guard !offsets.isEmpty else { return (nil, failure) }
+        commitOrders += 1
+        let order = CommitOrder(id: commitOrders, offsets: offsets,
+                                generations: Dictionary(uniqueKeysWithValues: offsets.map {
+                                    ($0.topicPartition, partitions[$0.topicPartition]!.generation)
+                                }))
+        lastCommitOrderedAt = now
+        commitUnderWay = (order, now + Self.commitAnswerLimit)
+        return (order, failure)
+    }
+
+    /// The broker answered a commit (`failure` nil: committed). Only partitions still assigned
+    /// under the generation the order was made in learn the offset: an answer for a partition
+    /// revoked or reassigned since says nothing about its current owner's position. Returns the
+    /// due time of the next commit when the timer must hear of it.
+    mutating func commitAnswered(_ order: CommitOrder, failure: String?, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        var wake: ContinuousClock.Instant?
+        if commitUnderWay?.order.id == order.id {
+            commitUnderWay = nil
+            wake = commitDue
+        }
+        if failure == nil {
+            for entry in order.offsets where partitions[entry.topicPartition]?.generation == order.generations[entry.topicPartition] {
+                partitions[entry.topicPartition]!.recordCommitted(entry.offset)
+            }
+        }
+        if !offsetsToCommit().isEmpty, let due = scheduleCommit(now: now) { wake = due }
+        return wake
+    }
+
+    /// The next moment the commit schedule needs the timer: the answer limit of the commit under
+    /// way (the next one waits for that answer), else the next commit's due time.
+    var nextDeadline: ContinuousClock.Instant? { commitUnderWay?.answerBy ?? commitDue }
+
+    // MARK: Observation
+
+    var assignedPartitions: [TopicPartition] { partitions.keys.sorted() }
+    var partitionCount: Int { partitions.count }
+    var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinished.count) }
+    var uncommittedRecords: Int64 { partitions.values.reduce(0) { $0 + $1.uncommitted } }
+    var lastCommittedOffsets: [TopicPartition: Int64] { partitions.compactMapValues(\.lastCommitted) }
+
+    func oldestUnfinishedAge(now: ContinuousClock.Instant) -> [TopicPartition: Duration] {
+        partitions.mapValues { $0.oldestUnfinishedAge(now: now) }
+    }
+}

@@ -1,0 +1,107 @@
+import InputFormats
+import Kafka
+
+// What goes into the pipeline's state machine and what comes out of it.
+
+/// A consumed record as the pipeline takes it: a decoded fix, or a record to dead-letter.
+public enum ConsumedRecord: Sendable {
+    case fix(PendingFix)
+    case bad(RecordSource, reason: String, detail: String)
+    /// Left out by the input mapping: finished as it is taken in.
+    case skipped(RecordSource)
+
+    var source: RecordSource {
+        switch self {
+        case .fix(let fix): fix.source
+        case .bad(let source, _, _): source
+        case .skipped(let source): source
+        }
+    }
+}
+
+/// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it,
+/// `deadLetterFailed` orders it again after a backoff.
+public struct DeadLetterOrder: Sendable {
+    public let source: RecordSource
+    public let reason: String
+    public let detail: String
+    /// Writes of this letter that failed so far: its next backoff.
+    public internal(set) var failedWrites = 0
+
+    public init(source: RecordSource, reason: String, detail: String) {
+        self.source = source
+        self.reason = reason
+        self.detail = detail
+    }
+}
+
+/// Offsets to commit, ordered by the state machine at its commit deadline; the broker's answer
+/// goes back through `PipelineState.commitAnswered`. Each offset carries the assignment
+/// generation of its partition when ordered: an answer applies only to a partition still
+/// assigned under that generation.
+public struct CommitOrder: Sendable, Equatable {
+    public let id: UInt64
+    public let offsets: [TopicPartitionOffset]
+    let generations: [TopicPartition: UInt64]
+}
+
+/// A change of the partitions whose fetching is to be paused.
+public struct PauseChange: Sendable, Equatable {
+    /// Every partition to keep paused now.
+    public var wish: Set<TopicPartition>
+    /// Grows with every wish the state hands out: wishes leave the lock and may reach the record
+    /// source out of order, so the source applies one only when it is newer than the last it applied.
+    public var sequence: UInt64
+    public var pausing: [TopicPartition]
+    public var resuming: [TopicPartition]
+    /// Unfinished records per partition at which fetching pauses.
+    public var share: Int
+    /// Every partition is paused because records wait to be taken in (the Schema Registry
+    /// cannot be asked): none is over its share.
+    public var recordsWait: Bool
+}
+
+/// Fleet Engine failing for most of the vehicles the relay holds (an outage), rather than
+/// refusing a few of them: it begins when more than half of them are waiting to retry after a
+/// Fleet Engine failure, and ends once at most a third are.
+public enum FleetEngineOutageChange: Sendable, Equatable {
+    case began(failingVehicles: Int, vehicles: Int, failure: TransientFailure)
+    case ended(lasted: Duration)
+}
+
+/// What the owner of the state must do after an event, outside the lock.
+public struct PipelineActions<Waiter> {
+    /// Workers to resume with their next request (nil: no more work, stop).
+    public var resume: [(waiter: Waiter, request: CoalescedRequest?)] = []
+    public var deadLetters: [DeadLetterOrder] = []
+    public var pause: PauseChange?
+    /// A deadline earlier than the one the timer sleeps until was set.
+    public var wakeTimer = false
+    /// Work under way on some partition finished: a revoke waiting for it may go on.
+    public var workFinished = false
+    /// Fixes finished unsent because Fleet Engine holds one at least as new.
+    public var staleFixes = 0
+    /// Records finished as taken in: the input mapping skipped them.
+    public var skippedRecords = 0
+    /// Records taken in, per partition.
+    public var registered: [TopicPartition: Int] = [:]
+    /// Fleet Engine's failures began or stopped holding back most vehicles.
+    public var outage: FleetEngineOutageChange?
+    /// Vehicles waiting to retry after a Fleet Engine failure, when the count changed.
+    public var vehiclesFailing: Int?
+    /// Offsets to commit now (the commit interval came round and something finished).
+    public var commit: CommitOrder?
+    /// A commit succeeded.
+    public var committed = false
+    /// The adaptive concurrency limit, when it changed.
+    public var concurrencyLimit: Int?
+    /// Fleet Engine began or stopped throttling the project.
+    public var throttling: ConcurrencyLimit.Change?
+    /// A burst of unfinished records (a cold start, a backlog) has drained: what it allocated
+    /// is free, and the allocator may hand it back to the system.
+    public var burstDrained = false
+    /// Why a commit failed (refused, or no answer in time); it is ordered again.
+    public var commitFailure: String?
+    var pausing: [TopicPartition] = []
+    var resuming: [TopicPartition] = []
+}

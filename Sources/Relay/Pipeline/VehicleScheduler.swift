@@ -1,0 +1,229 @@
+import DequeModule
+import FleetAuth
+import HeapModule
+import OrderedCollections
+
+/// The vehicles the pipeline holds: each vehicle's lane (fixes waiting, request under way,
+/// what Fleet Engine is known to hold, retry state), the ready queue, the vehicles deferred
+/// until a due time, and holding for full requests. It knows nothing of offsets: the pipeline
+/// says which records are still owned and finishes the stale ones it hands back.
+///
+/// Guarantee: one request per vehicle at a time, built from its queue only when the previous
+/// one ended, and never carrying a fix at or before the newest one Fleet Engine is known to hold.
+struct VehicleScheduler {
+    private struct DueVehicle: Comparable {
+        let due: ContinuousClock.Instant
+        let vehicle: VehicleIdentity
+
+        static func < (lhs: DueVehicle, rhs: DueVehicle) -> Bool { lhs.due < rhs.due }
+        static func == (lhs: DueVehicle, rhs: DueVehicle) -> Bool { lhs.due == rhs.due && lhs.vehicle == rhs.vehicle }
+    }
+
+    /// Lanes stored densely, beside a compact hash table of their positions: a `Dictionary`
+    /// keeps every key and lane in its buckets, most of them empty (at 100,000 vehicles 262,144
+    /// buckets of 96 bytes). A lane's position stays valid until the idle sweep removes lanes.
+    typealias Lanes = OrderedDictionary<VehicleIdentity, VehicleLane>
+
+    let pastLocations: Int
+    let minimumInterval: Duration
+    private var lanes: Lanes = [:]
+    private var ready = Deque<VehicleIdentity>()
+    private var deferred = Heap<DueVehicle>()
+    /// Vehicles with less than a full request wait for more fixes.
+    var holdsPartialRequests: Bool
+    /// Vehicles waiting to retry after a Fleet Engine failure (not a signer failure).
+    private(set) var vehiclesFailing = 0
+
+    init(pastLocations: Int, minimumInterval: Duration, holdsPartialRequests: Bool) {
+        self.pastLocations = pastLocations
+        self.minimumInterval = minimumInterval
+        self.holdsPartialRequests = holdsPartialRequests
+    }
+
+    // MARK: Queueing
+
+    /// Queues a fix in its vehicle's lane (made when new) and schedules the vehicle; returns a
+    /// due time when it was deferred (the timer must hear of it).
+    mutating func enqueue(_ fix: PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        let vehicle = fix.update.vehicle
+        let lane = laneIndex(vehicle, now: now)
+        lanes.values[lane].queued.append(fix)
+        lanes.values[lane].lastActive = now
+        return schedule(vehicle, at: lane, now: now)
+    }
+
+    /// Puts a vehicle with fixes and nothing under way into the ready queue, or defers it
+    /// until its minimum interval since the end of its last request passed (returned).
+    /// `lane` is the vehicle's index in `lanes`: each event looks a vehicle up once.
+    private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index,
+                                   now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        guard lanes.values[lane].wantsScheduling else { return nil }
+        if holdsPartialRequests, lanes.values[lane].queued.count <= pastLocations { return nil }
+        if minimumInterval > .zero, let lastEnded = lanes.values[lane].lastRequestEndedAt, now < lastEnded + minimumInterval {
+            return deferVehicle(vehicle, at: lane, until: lastEnded + minimumInterval)
+        }
+        lanes.values[lane].schedule = .ready
+        ready.append(vehicle)
+        return nil
+    }
+
+    private mutating func laneIndex(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant) -> Lanes.Index {
+        if let index = lanes.index(forKey: vehicle) { return index }
+        lanes[vehicle] = VehicleLane(now: now)
+        return lanes.index(forKey: vehicle)!
+    }
+
+    private mutating func deferVehicle(_ vehicle: VehicleIdentity, at lane: Lanes.Index,
+                                       until due: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        lanes.values[lane].schedule = .deferred
+        deferred.insert(DueVehicle(due: due, vehicle: vehicle))
+        return due
+    }
+
+    /// Every vehicle with fixes and nothing under way is scheduled (holding just stopped);
+    /// returns the earliest due time of those deferred.
+    mutating func scheduleEveryWaitingVehicle(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        var earliest: ContinuousClock.Instant?
+        for lane in lanes.values.indices where lanes.values[lane].wantsScheduling {
+            if let due = schedule(lanes.keys[lane], at: lane, now: now) { earliest = min(earliest ?? due, due) }
+        }
+        return earliest
+    }
+
+    /// Deferred vehicles whose time came are scheduled; returns the earliest due time among
+    /// those deferred again.
+    mutating func releaseDue(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        var earliest: ContinuousClock.Instant?
+        while let first = deferred.min, first.due <= now {
+            deferred.removeMin()
+            guard let lane = lanes.index(forKey: first.vehicle), lanes.values[lane].schedule == .deferred else { continue }
+            lanes.values[lane].schedule = .idle
+            if let due = schedule(first.vehicle, at: lane, now: now) { earliest = min(earliest ?? due, due) }
+        }
+        return earliest
+    }
+
+    // MARK: Requests
+
+    /// The next request from the ready queue: the vehicle's fixes still owned, coalesced, with
+    /// the live location to read first when its lane last took it into account before `epoch`
+    /// (or always, `readsLiveLocationEveryTime`). Fixes not newer than what Fleet Engine holds
+    /// come back as `stale`, for the caller to finish.
+    mutating func takeReady(epoch: UInt64, readsLiveLocationEveryTime: Bool,
+                            owns: (RecordSource) -> Bool) -> (request: CoalescedRequest?, stale: [PendingFix]) {
+        var stale: [PendingFix] = []
+        while let vehicle = ready.popFirst() {
+            guard let lane = lanes.index(forKey: vehicle), lanes.values[lane].schedule == .ready else { continue }
+            lanes.values[lane].schedule = .idle
+            let queued = lanes.values[lane].queued
+            lanes.values[lane].queued = []
+            let coalesced = Coalescer.coalesce(
+                vehicle: vehicle, fixes: queued.allSatisfy { owns($0.source) } ? queued : queued.filter { owns($0.source) },
+                newestAcceptedMilliseconds: lanes.values[lane].newestKnownMilliseconds, pastLimit: pastLocations)
+            lanes.values[lane].queued = coalesced.later
+            stale += coalesced.stale
+            guard var request = coalesced.request else {
+                setRetry(nil, at: lane)  // nothing left to retry
+                continue
+            }
+            if readsLiveLocationEveryTime || lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+            request.retryAttempts = Int(lanes.values[lane].retry?.attempts ?? 0)
+            request.failingSince = lanes.values[lane].retry?.since
+            lanes.values[lane].inFlight = true
+            return (request, stale)
+        }
+        return (nil, stale)
+    }
+
+    /// A request's attempt ended: the vehicle learns what Fleet Engine holds.
+    mutating func learn(_ vehicle: VehicleIdentity, newestKnownMilliseconds newest: Int64?) {
+        lanes[vehicle]?.learn(newestKnownMilliseconds: newest)
+    }
+
+    /// An attempt was answered (accepted, stale, rejected): retries are over, the minimum
+    /// interval counts from now, and a live read made in `checkedEpoch` is taken into account.
+    mutating func answered(_ vehicle: VehicleIdentity, checkedEpoch: UInt64?, now: ContinuousClock.Instant) {
+        guard let lane = lanes.index(forKey: vehicle) else { return }
+        if let checkedEpoch { lanes.values[lane].verifiedEpoch = checkedEpoch }
+        setRetry(nil, at: lane)
+        lanes.values[lane].lastRequestEndedAt = now
+    }
+
+    /// The request is no longer under way: the vehicle is scheduled again when fixes wait;
+    /// returns a due time when it was deferred.
+    mutating func requestEnded(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        guard let lane = lanes.index(forKey: vehicle) else { return nil }
+        lanes.values[lane].inFlight = false
+        lanes.values[lane].lastActive = now
+        return schedule(vehicle, at: lane, now: now)
+    }
+
+    /// Puts an unsent request's fixes still owned back at the front of the vehicle's queue,
+    /// oldest first: left out, their records would stay unfinished and hold the commit for
+    /// good. False when the vehicle was forgotten.
+    @discardableResult
+    mutating func putBack(_ request: CoalescedRequest, owns: (RecordSource) -> Bool) -> Bool {
+        guard let lane = lanes.index(forKey: request.update.vehicle) else { return false }
+        let unsent = (request.carried + [request.newest]).filter { owns($0.source) }
+        lanes.values[lane].queued.insert(contentsOf: unsent, at: 0)
+        return true
+    }
+
+    /// A transient failure after `putBack`: the vehicle waits out `backoff` with its retry
+    /// state counted, and a try that Fleet Engine failed starts the minimum interval. Returns
+    /// the due time, or nil when nothing of it is left to retry.
+    mutating func retry(_ vehicle: VehicleIdentity, _ retry: VehicleLane.Retry, backoff: Duration,
+                        now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        guard let lane = lanes.index(forKey: vehicle) else { return nil }
+        if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
+        guard !lanes.values[lane].queued.isEmpty else {
+            setRetry(nil, at: lane)
+            return nil
+        }
+        setRetry(retry, at: lane)
+        return deferVehicle(vehicle, at: lane, until: now + backoff)
+    }
+
+    /// The vehicle gave up retrying (its records dead-lettered); a try that Fleet Engine failed
+    /// still starts the minimum interval.
+    mutating func gaveUp(_ vehicle: VehicleIdentity, fleetEngineFailed: Bool, now: ContinuousClock.Instant) {
+        guard let lane = lanes.index(forKey: vehicle) else { return }
+        if fleetEngineFailed { lanes.values[lane].lastRequestEndedAt = now }
+        setRetry(nil, at: lane)
+    }
+
+    /// Sets a lane's retry state, keeping the count of vehicles failing at Fleet Engine.
+    private mutating func setRetry(_ retry: VehicleLane.Retry?, at lane: Lanes.Index) {
+        if lanes.values[lane].retry?.fleetEngine == true { vehiclesFailing -= 1 }
+        if retry?.fleetEngine == true { vehiclesFailing += 1 }
+        lanes.values[lane].retry = retry
+    }
+
+    // MARK: Housekeeping
+
+    /// Drops every queued fix and schedule (shutdown): nothing more is sent.
+    mutating func dropEverythingQueued() {
+        for lane in lanes.values.indices {
+            lanes.values[lane].queued = []
+            lanes.values[lane].schedule = .idle
+        }
+        ready = []
+        deferred = Heap()
+    }
+
+    /// Forgets vehicles idle for `limit`: memory follows the active vehicles.
+    mutating func forgetIdleVehicles(idleFor limit: Duration, now: ContinuousClock.Instant) {
+        lanes = lanes.filter { _, lane in !lane.isIdle || now - lane.lastActive < limit }
+        vehiclesFailing = lanes.values.count { $0.retry?.fleetEngine == true }
+    }
+
+    // MARK: Observation
+
+    var vehicleCount: Int { lanes.count }
+    var queuedFixes: Int { lanes.values.reduce(0) { $0 + $1.queued.count } }
+    var readyVehicles: Int { ready.count }
+    /// Nothing ready and nothing deferred: only vehicles holding, idle or under way.
+    var nothingScheduled: Bool { ready.isEmpty && deferred.isEmpty }
+    var hasReadyVehicles: Bool { !ready.isEmpty }
+    var nextDue: ContinuousClock.Instant? { deferred.min?.due }
+}

@@ -1,0 +1,208 @@
+import FleetAuth
+import FleetEngine
+import InputFormats
+import Kafka
+@testable import Relay
+import Testing
+
+/// The parts of the pipeline's state machine on their own, each to its promises; the property
+/// test holds them together.
+@Suite struct PartitionLedgerTests {
+    let start = ContinuousClock.now
+    let p0 = TopicPartition(topic: "t", partition: 0)
+    let p1 = TopicPartition(topic: "t", partition: 1)
+
+    func source(_ partition: Int32, _ offset: Int64, generation: UInt64 = 1) -> RecordSource {
+        RecordSource(KafkaRecord(topic: "t", partition: partition, offset: offset, key: nil, value: [],
+                                 assignmentGeneration: generation))
+    }
+
+    /// The commit offset is the lowest unfinished record, whatever finished after it.
+    @Test func anOffsetIsCommittableOnlyBelowTheLowestUnfinishedRecord() {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        ledger.assign([p0], generation: 1)
+        let taken = (0..<5).map { ledger.register(source(0, Int64($0)), now: start) }
+        #expect(taken.allSatisfy { $0 })
+        let again = ledger.register(source(0, 3), now: start)
+        #expect(!again, "a record fetched twice is taken in once")
+        ledger.finish(source(0, 0))
+        ledger.finish(source(0, 2))
+        ledger.finish(source(0, 3))
+        #expect(ledger.offsetsToCommit() == [TopicPartitionOffset(p0, offset: 1)])
+        ledger.finish(source(0, 1))
+        #expect(ledger.offsetsToCommit() == [TopicPartitionOffset(p0, offset: 4)])
+        #expect(ledger.unfinishedRecords == 1)
+    }
+
+    /// An answer applies only to the generation its order was made under, and a late answer of
+    /// an earlier order never takes the committed offset back.
+    @Test func commitAnswersApplyToTheirGenerationAndNeverMoveBack() throws {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        ledger.assign([p0], generation: 1)
+        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
+        ledger.finish(source(0, 0))
+        let due = ledger.scheduleCommit(now: start)
+        #expect(due == start)
+        let ordered = ledger.commitIfDue(now: start)
+        let first = try #require(ordered.order)
+        let limit = PipelineLimits.commitAnswerLimit
+        ledger.finish(source(0, 1))
+        let expired = ledger.commitIfDue(now: start + limit)
+        #expect(expired.failure != nil, "an order unanswered past its limit counts as failed")
+        let second = try #require(expired.order)
+        _ = ledger.commitAnswered(second, failure: nil, now: start + limit)
+        _ = ledger.commitAnswered(first, failure: nil, now: start + limit)
+        #expect(ledger.lastCommittedOffsets[p0] == 2, "the earlier order's late answer changes nothing")
+
+        ledger.assign([p0], generation: 2)
+        _ = ledger.register(source(0, 4, generation: 2), now: start)
+        _ = ledger.commitAnswered(CommitOrder(id: 9, offsets: [TopicPartitionOffset(p0, offset: 3)], generations: [p0: 1]),
+                                  failure: nil, now: start + limit)
+        #expect(ledger.lastCommittedOffsets[p0] == nil, "an answer for the earlier generation says nothing of this one")
+    }
+
+    /// A partition pauses at its share and resumes at half of it; the shares follow the
+    /// assignment; pausing every partition overrides them; each change of the wish is numbered.
+    @Test func thePauseWishFollowsTheSharesAndIsNumbered() throws {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 8)
+        ledger.assign([p0, p1], generation: 1)
+        #expect(ledger.share == 4)
+        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
+        let (atShare, belowShare) = (ledger.updateShare(p0), ledger.updateShare(p1))
+        #expect(atShare == true && belowShare == nil)
+        let announced = ledger.announceWish(always: false)
+        let first = try #require(announced)
+        #expect(first.wish == [p0])
+        let unchanged = ledger.announceWish(always: false)
+        #expect(unchanged == nil)
+        ledger.finish(source(0, 0))
+        let aboveHalf = ledger.updateShare(p0)
+        #expect(aboveHalf == nil, "3 of 4: above half")
+        ledger.finish(source(0, 1))
+        let atHalf = ledger.updateShare(p0)
+        #expect(atHalf == false)
+        ledger.pausesEveryPartition = true
+        let announcedEvery = ledger.announceWish(always: false)
+        let every = try #require(announcedEvery)
+        #expect(every.wish == [p0, p1] && every.sequence > first.sequence)
+    }
+
+    /// A revoke stops new work on its partitions, counts the work under way and hands back the
+    /// final offset.
+    @Test func aRevokeEndsOwnershipAndReturnsTheFinalOffset() {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        ledger.assign([p0], generation: 1)
+        _ = ledger.register(source(0, 0), now: start)
+        _ = ledger.register(source(0, 1), now: start)
+        ledger.beginWork(on: [PartitionGeneration(p0, 1)])
+        ledger.beginRevoke([p0])
+        #expect(!ledger.owns(source(0, 1)))
+        #expect(ledger.workUnderWay(in: [p0]) == 1)
+        ledger.finish(source(0, 0))
+        let idle = ledger.endWork(on: [PartitionGeneration(p0, 1)])
+        #expect(idle, "the last work ended")
+        let final = ledger.finishRevoke([p0])
+        #expect(final == [TopicPartitionOffset(p0, offset: 1)])
+        #expect(ledger.unfinishedRecords == 0 && ledger.assignedPartitions.isEmpty)
+    }
+}
+
+@Suite struct VehicleSchedulerTests {
+    let start = ContinuousClock.now
+    let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
+
+    func fix(_ offset: Int64, at time: Int64) -> PendingFix {
+        PendingFix(update: LocationUpdate(vehicle: vehicle, fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: time)),
+                   source: RecordSource(KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [],
+                                                    assignmentGeneration: 1)))
+    }
+
+    /// One request per vehicle at a time: fixes arriving meanwhile coalesce into the next, and
+    /// those not newer than what Fleet Engine holds come back stale.
+    @Test func oneRequestAtATimeAndStaleFixesComeBack() throws {
+        var scheduler = VehicleScheduler(pastLocations: 10, minimumInterval: .zero, holdsPartialRequests: false)
+        _ = scheduler.enqueue(fix(0, at: 100), now: start)
+        let taken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let first = try #require(taken.request)
+        #expect(first.liveCheckEpoch == 1, "the first request of an epoch reads the live location")
+        _ = scheduler.enqueue(fix(1, at: 90), now: start)
+        _ = scheduler.enqueue(fix(2, at: 200), now: start)
+        let meanwhile = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        #expect(meanwhile.request == nil, "nothing while the first is under way")
+        scheduler.learn(vehicle, newestKnownMilliseconds: 100)
+        scheduler.answered(vehicle, checkedEpoch: 1, now: start)
+        _ = scheduler.requestEnded(vehicle, now: start)
+        let next = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        #expect(next.stale.map(\.source.offset) == [1])
+        #expect(next.request?.sources.map(\.offset) == [2])
+        #expect(next.request?.liveCheckEpoch == nil, "the epoch's live location was taken into account")
+    }
+
+    /// A failed vehicle waits out its backoff deferred, counted as failing at Fleet Engine, and
+    /// comes back ready when its time came.
+    @Test func aRetryDefersTheVehicleAndCountsIt() throws {
+        var scheduler = VehicleScheduler(pastLocations: 10, minimumInterval: .zero, holdsPartialRequests: false)
+        _ = scheduler.enqueue(fix(0, at: 100), now: start)
+        let taken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let request = try #require(taken.request)
+        let putBack = scheduler.putBack(request, owns: { _ in true })
+        #expect(putBack)
+        let due = scheduler.retry(vehicle, VehicleLane.Retry(attempts: 1, since: start, fleetEngine: true),
+                                  backoff: .seconds(2), now: start)
+        #expect(due == start + .seconds(2))
+        #expect(scheduler.vehiclesFailing == 1)
+        _ = scheduler.requestEnded(vehicle, now: start)
+        #expect(!scheduler.hasReadyVehicles, "deferred, not ready")
+        _ = scheduler.releaseDue(now: start + .seconds(2))
+        let retaken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let again = try #require(retaken.request)
+        #expect(again.retryAttempts == 1 && again.sources.map(\.offset) == [0])
+    }
+
+    /// Holding waits for a full request (`pastLocations` + 1 fixes) until released.
+    @Test func aHoldingVehicleWaitsForAFullRequest() {
+        var scheduler = VehicleScheduler(pastLocations: 2, minimumInterval: .zero, holdsPartialRequests: true)
+        _ = scheduler.enqueue(fix(0, at: 100), now: start)
+        _ = scheduler.enqueue(fix(1, at: 200), now: start)
+        #expect(!scheduler.hasReadyVehicles)
+        _ = scheduler.enqueue(fix(2, at: 300), now: start)
+        #expect(scheduler.hasReadyVehicles, "three fixes fill a request")
+    }
+}
+
+@Suite struct PacingTests {
+    let start = ContinuousClock.now
+
+    /// An outage begins when more than half the vehicles held fail at Fleet Engine and ends
+    /// once at most a third do; a signer failure begins none.
+    @Test func anOutageBeginsAtMostVehiclesAndEndsAtAThird() {
+        var pacing = Pacing(concurrency: nil, maximumRequestsPerSecond: nil, now: start)
+        let unavailable = TransientFailure(cause: "http_503", detail: "")
+        let half = pacing.updateOutage(failing: 5, vehicles: 10, failure: unavailable, now: start)
+        #expect(half == nil, "half is not most")
+        let signer = pacing.updateOutage(failing: 6, vehicles: 10, failure: TransientFailure(cause: TransientFailure.signerCause, detail: ""),
+                                         now: start)
+        #expect(signer == nil)
+        let most = pacing.updateOutage(failing: 6, vehicles: 10, failure: unavailable, now: start)
+        #expect(most == .began(failingVehicles: 6, vehicles: 10, failure: unavailable))
+        let aboveAThird = pacing.updateOutage(failing: 4, vehicles: 10, failure: nil, now: start + .seconds(5))
+        #expect(aboveAThird == nil, "above a third")
+        let aThird = pacing.updateOutage(failing: 3, vehicles: 10, failure: nil, now: start + .seconds(7))
+        #expect(aThird == .ended(lasted: .seconds(7)))
+    }
+
+    /// The budget hands out its burst, then names the moment of its next token; the limit
+    /// leaves no room once as many attempts as it allows are under way.
+    @Test func theBudgetAndTheLimitPaceStarts() {
+        var pacing = Pacing(concurrency: ConcurrencyLimit.Settings(maximum: 2), maximumRequestsPerSecond: 20, now: start)
+        #expect(pacing.hasRoom(underWay: 1) && !pacing.hasRoom(underWay: 2))
+        let token = pacing.takeBudget(now: start)
+        #expect(token == nil, "the burst's one token")
+        let due = pacing.takeBudget(now: start)
+        #expect(due == start + .milliseconds(50) && pacing.budgetDue == due)
+        pacing.deadlineReached(now: start + .milliseconds(50))
+        #expect(pacing.budgetDue == nil)
+        let next = pacing.takeBudget(now: start + .milliseconds(50))
+        #expect(next == nil)
+    }
+}
