@@ -13,6 +13,8 @@ public struct TransientFailure: Sendable, Equatable {
     public var retryAfterSeconds: Double?
 
     public static let signerCause = "signer"
+    /// 429 RESOURCE_EXHAUSTED: the project's quota.
+    public static let throttledCause = "http_429"
 
     public init(cause: String, detail: String, retryAfterSeconds: Double? = nil) {
         self.cause = cause
@@ -22,6 +24,9 @@ public struct TransientFailure: Sendable, Equatable {
 
     /// Fleet Engine failed, not the signer: counts toward Fleet Engine's share of failing vehicles.
     public var isFleetEngine: Bool { cause != Self.signerCause }
+
+    /// Fleet Engine throttled the project (its quota), rather than failing.
+    public var isThrottle: Bool { cause == Self.throttledCause }
 }
 
 /// How a request ended for its records.
@@ -94,10 +99,11 @@ public struct UpdateForwarder: Sendable {
 
     /// - Parameters:
     ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
-    ///   - stillOwned: false once the records' partitions are being revoked: nothing more is
+    ///   - revocations: set once a partition of the records is being revoked: nothing more is
     ///     sent then, so the revoke waits for at most the request already under way.
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
-                        stillOwned: () -> Bool = { true }) async -> Delivery {
+                        revocations: [Revocation] = []) async -> Delivery {
+        let stillOwned = { !revocations.contains { $0.isSet } }
         var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
         guard var token = await token(for: update.vehicle, &delivery) else { return delivery }
         guard !Task.isCancelled, stillOwned() else { return delivery }

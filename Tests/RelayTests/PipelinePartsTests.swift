@@ -87,6 +87,23 @@ import Testing
         #expect(every.wish == [p0, p1] && every.sequence > first.sequence)
     }
 
+    /// Work under way learns that its partition's generation ended from the flag it was handed,
+    /// without asking the ledger: set when the revoke begins, or when the partition is assigned anew.
+    @Test func workUnderWayLearnsOfARevokeFromItsFlag() {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        ledger.assign([p0, p1], generation: 1)
+        let onP0 = ledger.beginWork(on: [PartitionGeneration(p0, 1)])
+        let onP1 = ledger.beginWork(on: [PartitionGeneration(p1, 1)])
+        #expect(onP0.count == 1 && !onP0[0].isSet && !onP1[0].isSet)
+        ledger.beginRevoke([p0])
+        #expect(onP0[0].isSet, "the revoke began")
+        #expect(!onP1[0].isSet, "another partition goes on")
+        ledger.assign([p1], generation: 2)
+        #expect(onP1[0].isSet, "assigned anew: the earlier generation's work is not ours")
+        let stale = ledger.beginWork(on: [PartitionGeneration(p1, 1)])
+        #expect(stale.isEmpty, "no flag for a generation no longer held")
+    }
+
     /// A revoke stops new work on its partitions, counts the work under way and hands back the
     /// final offset.
     @Test func aRevokeEndsOwnershipAndReturnsTheFinalOffset() {

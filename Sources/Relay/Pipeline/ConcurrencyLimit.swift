@@ -90,7 +90,7 @@ public struct ConcurrencyLimit: Sendable {
                 window = min(Double(settings.maximum), window + 1 / window)
             }
         case .throttled:
-            change = decrease(startedAt: startedAt, now: now, cause: "http_429")
+            change = decrease(startedAt: startedAt, now: now, cause: TransientFailure.throttledCause)
         case .overloaded:
             if overloadedRound { change = decrease(startedAt: startedAt, now: now, cause: "overloaded") }
         case .neutral:

@@ -58,7 +58,7 @@ struct Pacing {
                                underWay: Int, mostVehiclesFailing: Bool, now: ContinuousClock.Instant) -> Adaptation {
         guard var limit = concurrency else { return Adaptation() }
         let signal: ConcurrencyLimit.Signal = switch outcome {
-        case .retry(let failure) where failure.cause == "http_429": .throttled
+        case .retry(let failure) where failure.isThrottle: .throttled
         case .retry(let failure) where failure.isFleetEngine && mostVehiclesFailing: .overloaded
         case .retry, .abandoned: .neutral
         case .accepted, .stale, .rejected: latency.map { .answered(latency: $0) } ?? .neutral

@@ -25,6 +25,8 @@ struct PartitionLedger {
     /// Every partition is to be paused, whatever its share says (records wait for the Schema
     /// Registry; shutdown).
     var pausesEveryPartition = false
+    /// Unfinished records reached a burst's size and have not yet fallen to a tenth of it.
+    private var burstUnderWay = false
     /// The pause wish last handed out, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var pauseWishes: UInt64 = 0
@@ -39,8 +41,9 @@ struct PartitionLedger {
     /// Partitions taken on under `generation`; one held before starts afresh.
     mutating func assign(_ assigned: [TopicPartition], generation: UInt64) {
         for partition in assigned {
-            unfinishedRecords -= partitions.updateValue(PartitionProgress(generation: generation), forKey: partition)?
-                .unfinished.count ?? 0
+            guard let earlier = partitions.updateValue(PartitionProgress(generation: generation), forKey: partition) else { continue }
+            unfinishedRecords -= earlier.unfinished.count
+            earlier.revocation.set()
         }
     }
 
@@ -55,6 +58,7 @@ struct PartitionLedger {
     mutating func finishRevoke(_ revoked: [TopicPartition]) -> [TopicPartitionOffset] {
         revoked.compactMap { partition -> TopicPartitionOffset? in
             guard let progress = partitions.removeValue(forKey: partition) else { return nil }
+            progress.revocation.set()
             unfinishedRecords -= progress.unfinished.count
             return progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
         }
@@ -84,11 +88,16 @@ struct PartitionLedger {
         return true
     }
 
-    /// Work that settles records of these partitions began (a request, a dead-letter write).
-    mutating func beginWork(on sites: [PartitionGeneration]) {
+    /// Work that settles records of these partitions began (a request, a dead-letter write);
+    /// returns what tells it when their generation ended.
+    @discardableResult
+    mutating func beginWork(on sites: [PartitionGeneration]) -> [Revocation] {
+        var revocations: [Revocation] = []
         for site in sites where partitions[site.topicPartition]?.generation == site.generation {
             partitions[site.topicPartition]!.workUnderWay += 1
+            revocations.append(partitions[site.topicPartition]!.revocation)
         }
+        return revocations
     }
 
     /// Work on these partitions ended; true when some partition has none left (a revoke waiting may go on).
@@ -103,6 +112,18 @@ struct PartitionLedger {
 
     func workUnderWay(in partitions: [TopicPartition]) -> Int {
         partitions.reduce(0) { $0 + (self.partitions[$1]?.workUnderWay ?? 0) }
+    }
+
+    /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
+    /// that is left: true once when it has, so that the memory it took can go back to the system.
+    mutating func burstDrained(burstRecords: Int) -> Bool {
+        if !burstUnderWay, unfinishedRecords >= burstRecords {
+            burstUnderWay = true
+        } else if burstUnderWay, unfinishedRecords <= burstRecords / 10 {
+            burstUnderWay = false
+            return true
+        }
+        return false
     }
 
     // MARK: Pausing

@@ -18,7 +18,11 @@ struct PartitionProgress {
     /// The consumer's assignment generation: records of an earlier one are not ours.
     let generation: UInt64
     /// Set when a revoke began: no new work starts, work under way may still finish.
-    var revoking = false
+    var revoking = false {
+        didSet { if revoking { revocation.set() } }
+    }
+    /// The same, for requests under way to read without the pipeline's lock.
+    let revocation = Revocation()
     /// Fetching is to be paused: the partition holds its share of pending records.
     var paused = false
     /// Requests and dead-letter writes under way that settle records of this partition.

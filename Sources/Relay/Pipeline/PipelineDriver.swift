@@ -53,6 +53,39 @@ public final class PipelineDriver: Sendable {
         carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
     }
 
+    /// A revoke begins: no new work starts on the partitions; requests under way learn it from
+    /// their revocation flags. Returns what finished on them, to commit before the revoke waits.
+    public func beginRevoke(_ partitions: [TopicPartition]) -> [TopicPartitionOffset] {
+        var finished: [TopicPartitionOffset] = []
+        pipeline.update { state in
+            state.beginRevoke(partitions)
+            finished = state.offsetsToCommit(revoking: partitions)
+        }
+        return finished
+    }
+
+    /// A commit inside the revoke succeeded: the final commit carries only what finished since.
+    public func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
+        pipeline.update { $0.committedDuringRevoke(offsets) }
+    }
+
+    /// Blocks the calling thread (the poll thread, in a revoke) until no work on the partitions
+    /// is under way or `timeout` passed; returns how much is still under way.
+    public func waitUntilIdle(_ partitions: [TopicPartition], timeout: Duration) -> Int {
+        pipeline.waitUntilIdle(partitions, timeout: timeout)
+    }
+
+    /// The revoke ends: the partitions are forgotten; returns their final commit offsets.
+    public func finishRevoke(_ partitions: [TopicPartition]) -> [TopicPartitionOffset] {
+        var offsets: [TopicPartitionOffset] = []
+        carryOut(pipeline.handle { state in
+            let revoked = state.finishRevoke(partitions)
+            offsets = revoked.offsets
+            return revoked.actions
+        })
+        return offsets
+    }
+
     /// Takes consumed records in.
     public func consume(_ records: [ConsumedRecord]) {
         carryOut(pipeline.handle { $0.consume(records, now: .now) })
@@ -211,9 +244,7 @@ public final class PipelineDriver: Sendable {
             statistics.requestStarted()
             let pipeline = self.pipeline
             let checkLive = readsLiveLocation && request.liveCheckEpoch != nil
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive) {
-                pipeline.read { state in request.sources.contains(where: state.owns) }
-            }
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive, revocations: request.revocations)
             statistics.requestEnded()
             let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
             carryOut(actions)
@@ -235,7 +266,7 @@ public final class PipelineDriver: Sendable {
             statistics.refused.add(request.sources.count, ordering: .relaxed)
             logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
         case .retry(let failure):
-            if failure.cause == "http_429" { throttledAnswers.increment() }
+            if failure.isThrottle { throttledAnswers.increment() }
             if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
                 statistics.refused.add(gaveUp.count, ordering: .relaxed)
                 logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")

@@ -26,11 +26,11 @@ public struct PipelineState<Waiter> {
     public typealias Actions = PipelineActions<Waiter>
 
     public let limits: Limits
-    private var ledger: PartitionLedger
-    private var vehicles: VehicleScheduler
+    private(set) var ledger: PartitionLedger
+    private(set) var vehicles: VehicleScheduler
     private var letters = LetterQueue()
-    private var pacing: Pacing
-    private var waiters = Deque<Waiter>()
+    private(set) var pacing: Pacing
+    private(set) var waiters = Deque<Waiter>()
     /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
     /// epoch reads its live location.
     private var epoch: UInt64 = 0
@@ -45,8 +45,6 @@ public struct PipelineState<Waiter> {
     private var timerDeadline: ContinuousClock.Instant
     private var timerSleeping = false
     private var announcedVehiclesFailing = 0
-    /// Unfinished records reached `burstRecords` and have not yet fallen to a tenth of it.
-    private var burstUnderWay = false
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
@@ -331,9 +329,9 @@ public struct PipelineState<Waiter> {
                                                   owns: ledger.owns)
         for fix in stale { finish(fix.source, now: now, &actions) }
         actions.staleFixes += stale.count
-        guard let request else { return nil }
+        guard var request else { return nil }
         requestsInFlight += 1
-        ledger.beginWork(on: request.partitions)
+        request.revocations = ledger.beginWork(on: request.partitions)
         return request
     }
 
@@ -379,26 +377,12 @@ public struct PipelineState<Waiter> {
         }
     }
 
-    /// Vehicles wait for a full request while the input flows, unless fetching is paused and
-    /// nothing but held vehicles is left to finish records: fetching that waits for records to
-    /// finish must not wait for vehicles that wait for more records. When holding stops, every
-    /// held vehicle goes out; holding resumes once fetching does.
+    /// Holding for full requests follows fetching (see `VehicleScheduler.updateHolding`).
     private mutating func updateHolding(now: ContinuousClock.Instant, _ actions: inout Actions) {
-        guard limits.holdsPartialRequests else { return }
-        let paused = ledger.anyPartitionAtItsShare
-        let holding = if inputEnded {
-            false
-        } else if vehicles.holdsPartialRequests {
-            !(paused && requestsInFlight == 0 && vehicles.nothingScheduled)
-        } else {
-            !paused  // released: holds again once fetching resumed
-        }
-        guard vehicles.holdsPartialRequests, !holding else {
-            vehicles.holdsPartialRequests = holding
-            return
-        }
-        vehicles.holdsPartialRequests = false
-        if let due = vehicles.scheduleEveryWaitingVehicle(now: now) { wakeTimer(for: due, &actions) }
+        guard limits.holdsPartialRequests,
+              let released = vehicles.updateHolding(fetchingPaused: ledger.anyPartitionAtItsShare, requestsUnderWay: requestsInFlight,
+                                                    inputEnded: inputEnded, now: now) else { return }
+        if let due = released { wakeTimer(for: due, &actions) }
         serveWaiters(now: now, &actions)
     }
 
@@ -492,34 +476,6 @@ public struct PipelineState<Waiter> {
     /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
     /// that is left: reported once, so that the memory it took can go back to the system.
     private mutating func noteBurst(_ actions: inout Actions) {
-        if !burstUnderWay, ledger.unfinishedRecords >= limits.burstRecords {
-            burstUnderWay = true
-        } else if burstUnderWay, ledger.unfinishedRecords <= limits.burstRecords / 10 {
-            burstUnderWay = false
-            actions.burstDrained = true
-        }
-    }
-}
-
-// MARK: Observation
-
-extension PipelineState {
-    /// Attempts that may be under way now (the adaptive limit, else unbounded).
-    public var concurrencyLimit: Int? { pacing.limit }
-    public var unfinishedRecords: Int { ledger.unfinishedRecords }
-    /// Vehicles waiting to retry after a Fleet Engine failure (not a signer failure).
-    public var vehiclesFailing: Int { vehicles.vehiclesFailing }
-    public var assignedPartitions: [TopicPartition] { ledger.assignedPartitions }
-    public var pauseWish: Set<TopicPartition> { ledger.pauseWish }
-    public var unfinishedPerPartition: [TopicPartition: Int] { ledger.unfinishedPerPartition }
-    public var uncommittedRecords: Int64 { ledger.uncommittedRecords }
-    public var lastCommittedOffsets: [TopicPartition: Int64] { ledger.lastCommittedOffsets }
-    public var vehicleCount: Int { vehicles.vehicleCount }
-    public var queuedFixes: Int { vehicles.queuedFixes }
-    public var readyVehicles: Int { vehicles.readyVehicles }
-    public var waitingWorkers: Int { waiters.count }
-
-    public func oldestUnfinishedAge(now: ContinuousClock.Instant) -> [TopicPartition: Duration] {
-        ledger.oldestUnfinishedAge(now: now)
+        if ledger.burstDrained(burstRecords: limits.burstRecords) { actions.burstDrained = true }
     }
 }

@@ -103,6 +103,28 @@ struct VehicleScheduler {
         return earliest
     }
 
+    /// Vehicles wait for a full request while the input flows, unless fetching is paused and
+    /// nothing but held vehicles is left to finish records: fetching that waits for records to
+    /// finish must not wait for vehicles that wait for more records. When holding stops, every
+    /// held vehicle is scheduled: returns then (as `.some`) the earliest due time of those
+    /// deferred. Holding resumes once fetching does.
+    mutating func updateHolding(fetchingPaused: Bool, requestsUnderWay: Int, inputEnded: Bool,
+                                now: ContinuousClock.Instant) -> ContinuousClock.Instant?? {
+        let holding = if inputEnded {
+            false
+        } else if holdsPartialRequests {
+            !(fetchingPaused && requestsUnderWay == 0 && nothingScheduled)
+        } else {
+            !fetchingPaused  // released: holds again once fetching resumed
+        }
+        guard holdsPartialRequests, !holding else {
+            holdsPartialRequests = holding
+            return nil
+        }
+        holdsPartialRequests = false
+        return .some(scheduleEveryWaitingVehicle(now: now))
+    }
+
     // MARK: Requests
 
     /// The next request from the ready queue: the vehicle's fixes still owned, coalesced, with
