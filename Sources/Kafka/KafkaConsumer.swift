@@ -14,9 +14,10 @@ public enum RebalanceEvent: Sendable {
     case revoked([TopicPartition], lost: Bool)
 }
 
-/// A consumer-group member over librdkafka, a `Service`: `run()` owns the poll thread for
-/// as long as the consumer lives. Auto-commit is off: offsets are committed only through
-/// `commit(_:)`, by whoever knows the records are done.
+/// A consumer-group member over librdkafka, a `Service`: `run()` subscribes and owns the poll
+/// thread for as long as the consumer lives; nothing joins the group before it runs.
+/// Auto-commit is off: offsets are committed only through `enqueueCommit`, by whoever knows
+/// the records are done.
 ///
 /// Threading: librdkafka is polled on the thread `run()` starts; it delivers records in
 /// chunks through `records`, and runs rebalance callbacks and serves commit answers. `commit`,
@@ -45,6 +46,9 @@ public final class KafkaConsumer: Service, Sendable {
     let idlePollMilliseconds = Atomic<Int32>(5_000)
 
     private let client: RDKafkaClient
+    private let topics: [String]
+    /// Why subscribing failed, for `run()` to throw once the poll thread ended.
+    private let subscriptionFailure = Mutex<KafkaError?>(nil)
     private let context: ConsumerContext
     private let pollThread: PollThread
     private let logger: Logger
@@ -108,16 +112,23 @@ public final class KafkaConsumer: Service, Sendable {
             client.wakePoll()
         }
         self.logger = logger
-        try client.subscribe(topics)
+        self.topics = topics
     }
 
-    /// Polls until `close()` or until the task is cancelled; returns once the consumer has
-    /// left its group. The poll thread lives exactly as long as this call.
-    public func run() async {
+    /// Subscribes, then polls until `close()` or until the task is cancelled; returns once the
+    /// consumer has left its group. The poll thread lives exactly as long as this call. Throws
+    /// when librdkafka refused the subscription (`records` then ends at once).
+    public func run() async throws(KafkaError) {
         await pollThread.run { [self] in
-            pollLoop()
+            do throws(KafkaError) {
+                try client.subscribe(topics)
+                pollLoop()
+            } catch {
+                subscriptionFailure.withLock { $0 = error }
+            }
             leaveGroup()
         }
+        if let failure = subscriptionFailure.withLock({ $0 }) { throw failure }
     }
 
     /// Leaves the group (running the revoke handler for the current assignment)

@@ -59,8 +59,12 @@ public final class KafkaProducer: Service, Sendable {
     /// thread lives exactly as long as this call; it waits in librdkafka for the next
     /// report, never spins.
     public func run() async {
-        await pollThread.run { [client, pollThread] in
-            while pollThread.isPolling { client.servePoll(timeoutMilliseconds: 100) }
+        await pollThread.run { [client, context, pollThread] in
+            while pollThread.isPolling {
+                client.servePoll(timeoutMilliseconds: 100)
+                context.serveFlushes(client)
+            }
+            context.serveFlushes(client, closing: true)
         }
     }
 
@@ -95,12 +99,16 @@ public final class KafkaProducer: Service, Sendable {
 
     public var failedDeliveries: Int { context.failedDeliveries.load(ordering: .relaxed) }
 
-    /// Waits until every queued record is delivered or failed. Returns false on timeout.
+    /// Waits until every queued record is delivered or failed. Returns false on timeout. The
+    /// poll thread flushes (librdkafka's flush blocks, serving delivery reports) within one
+    /// round of its loop, once it runs; a producer that stopped can only say whether nothing
+    /// is queued.
     @discardableResult
     public func flush(timeout: Duration = .seconds(30)) async -> Bool {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { [client] in
-                continuation.resume(returning: client.flush(timeout: timeout))
+        guard !pollThread.hasEnded else { return client.flush(timeout: .zero) }
+        return await withCheckedContinuation { continuation in
+            if !context.requestFlush(timeout: timeout, continuation) {
+                continuation.resume(returning: client.flush(timeout: .zero))  // the poll thread just ended
             }
         }
     }
@@ -177,6 +185,28 @@ final class PendingDelivery: Sendable {
 final class ProducerContext: RDKafkaClientContext, RDKafkaDeliveryHandling, @unchecked Sendable {
 
     let failedDeliveries = Atomic<Int>(0)
+    /// Flushes asked for, served on the poll thread; none is taken once it ended.
+    private let flushes = Mutex<(requests: [(timeout: Duration, waiter: CheckedContinuation<Bool, Never>)], closed: Bool)>(([], false))
+
+    /// False when the poll thread has ended: the caller answers the waiter itself.
+    func requestFlush(timeout: Duration, _ waiter: CheckedContinuation<Bool, Never>) -> Bool {
+        flushes.withLock { flushes in
+            guard !flushes.closed else { return false }
+            flushes.requests.append((timeout, waiter))
+            return true
+        }
+    }
+
+    /// On the poll thread: the flushes asked for since the last round, each answered once done;
+    /// `closing` on its way out, after which none is taken.
+    func serveFlushes(_ client: RDKafkaClient, closing: Bool = false) {
+        let requests = flushes.withLock { flushes in
+            flushes.closed = flushes.closed || closing
+            defer { flushes.requests = [] }
+            return flushes.requests
+        }
+        for flush in requests { flush.waiter.resume(returning: client.flush(timeout: flush.timeout)) }
+    }
     /// Delivery reports served so far: each frees room in the local queue.
     let deliveryReports = Atomic<UInt64>(0)
     private let roomWaiters = Mutex<[UInt64: CheckedContinuation<Void, any Error>]>([:])

@@ -25,6 +25,7 @@ public enum RelayMetricNames {
         "fleet_relay_token_errors_total": "Failed token mints, by signer and reason (unavailable, refused, bad_response, rejected_token, credentials, signing).",
         "fleet_relay_fleet_engine_resent_total": "Fleet Engine requests sent again at once on a new HTTP/2 connection because the server certainly had not processed them: above a GOAWAY's last stream (goaway) or refused (refused_stream); no backoff, not a retry.",
         "fleet_relay_in_flight_requests": "Fleet Engine requests under way.",
+        "fleet_relay_revoke_wait_seconds": "How long each partition revoke waited for the requests and dead-letter writes under way on its partitions before committing (at most --revoke-drain-timeout).",
         "fleet_relay_vehicles_retrying": "Vehicles waiting out a backoff after Fleet Engine failed their last attempt (5xx, 429, timeout, no connection); none of them holds a request slot.",
         "fleet_relay_paused_partitions": "Assigned partitions whose fetching is paused.",
         "fleet_relay_build_info": "Always 1; the version label names the running build.",

@@ -18,17 +18,12 @@ extension RelayService {
                 return []
             case .revoked(let partitions, let lost):
                 if lost { health.recordMembershipLost() }
-                pipeline.update { $0.beginRevoke(partitions) }
+                let finished = driver.beginRevoke(partitions)
                 if !lost {
-                    commitWhatFinished(revoking: partitions)
+                    commit(finished)
                     waitForWorkUnderWay(in: partitions)
                 }
-                var finalOffsets: [TopicPartitionOffset] = []
-                driver.carryOut(pipeline.handle { state in
-                    let revoked = state.finishRevoke(partitions)
-                    finalOffsets = revoked.offsets
-                    return revoked.actions
-                })
+                let finalOffsets = driver.finishRevoke(partitions)
                 gauges.untrack(partitions)
                 return finalOffsets
             }
@@ -46,13 +41,12 @@ extension RelayService {
     /// way: what finished is committed now, so that a wait long enough to get this member
     /// dropped from the group (its final commit then refused) costs the next owner only the
     /// records that were under way.
-    private func commitWhatFinished(revoking partitions: [TopicPartition]) {
-        let offsets = pipeline.read { $0.offsetsToCommit(revoking: partitions) }
+    private func commit(_ offsets: [TopicPartitionOffset]) {
         guard !offsets.isEmpty, let consumer = consumerState.withLock({ $0 }) else { return }
         if let failure = consumer.commitDuringRevoke(offsets) {
             logger.warning("Commit at the start of a revoke failed (\(failure)); committing again once the work under way ended")
         } else {
-            pipeline.update { $0.committedDuringRevoke(offsets) }
+            driver.committedDuringRevoke(offsets)
             statistics.commits.add(1, ordering: .relaxed)
         }
     }
@@ -65,7 +59,9 @@ extension RelayService {
     /// Fleet Engine, after the next owner's newer fix. Queued records stay uncommitted for it.
     private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
         guard !drained.load(ordering: .relaxed) else { return }
-        let left = pipeline.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
+        let started = ContinuousClock.now
+        let left = driver.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
+        revokeWait.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
         if left > 0, !drained.load(ordering: .relaxed) {
             logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
         }

@@ -3,6 +3,7 @@ import FleetEngine
 import InputFormats
 import Kafka
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -31,6 +32,8 @@ public final class RelayService: Service, Sendable {
     let logger: Logger
     let consumerState = Mutex<KafkaConsumer?>(nil)
     let gauges = RelayGauges()
+    /// How long each revoke waited for the requests and dead-letter writes under way.
+    let revokeWait = Timer(label: "fleet_relay_revoke_wait_seconds")
     /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
     let drained = Atomic<Bool>(false)
 
@@ -99,18 +102,21 @@ public final class RelayService: Service, Sendable {
     public func run() async throws {
         let consumer = try makeConsumer()
         consumerState.withLock { $0 = consumer }
-        pipeline.issueCommits { [weak consumer, weak self] order in
+        // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
+        // cycle, so that its librdkafka handle is destroyed instead of reconnecting until exit.
+        defer { consumerState.withLock { $0 = nil } }
+        driver.issueCommits { [weak consumer, weak self] order in
             guard let consumer, let self else { return "the relay stopped" }
             return consumer.enqueueCommit(order.offsets) { failure in
                 self.driver.commitAnswered(order, failure: failure?.message)
             }?.message
         }
-        pipeline.applyPauses { [weak consumer] wish, sequence in consumer?.setPaused(wish, sequence: sequence) }
+        driver.applyPauses { [weak consumer] wish, sequence in consumer?.setPaused(wish, sequence: sequence) }
         health.watchPollLoop(secondsSinceLastPoll: { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 })
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
 
-        await withDiscardingTaskGroup { consuming in
-            consuming.addTask { await consumer.run() }
+        try await withThrowingDiscardingTaskGroup { consuming in
+            consuming.addTask { try await consumer.run() }
             await withDiscardingTaskGroup { background in
                 // The pipeline's deadlines: deferred vehicles, commits, forgetting idle vehicles.
                 background.addTask { await self.driver.runDeadlines() }
@@ -124,13 +130,10 @@ public final class RelayService: Service, Sendable {
                 background.cancelAll()
             }
             // Leaving the group revokes every partition: its revoke commits what finished.
-            pipeline.issueCommits(through: nil)
-            pipeline.applyPauses(through: nil)
+            driver.issueCommits(through: nil)
+            driver.applyPauses(through: nil)
             await consumer.close()
         }
-        // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
-        // cycle, so that its librdkafka handle is destroyed instead of reconnecting until exit.
-        consumerState.withLock { $0 = nil }
         logSummary()
     }
 

@@ -15,6 +15,8 @@ enum RelayMetricsSystem {
                 .map { Duration.milliseconds($0) },
             "fleet_relay_end_to_end_seconds": [50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000]
                 .map { Duration.milliseconds($0) },
+            "fleet_relay_revoke_wait_seconds": [10, 100, 500, 1000, 2500, 5000, 10000, 15000, 20000, 30000, 60000]
+                .map { Duration.milliseconds($0) },
         ]
         factory.valueHistogramBuckets = [
             "fleet_relay_coalesced_per_request": [1, 2, 3, 5, 10, 20, 50, 100],

@@ -55,7 +55,7 @@ import Testing
         let consumer = try consumer(cluster, assigned: assigned)
         consumer.setPaused([first, second], sequence: 1)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await consumer.run() }
+            group.addTask { try await consumer.run() }
             try await eventually("both partitions are assigned", timeout: .seconds(60)) {
                 assigned.partitions.withLock { $0 } == [first, second]
             }

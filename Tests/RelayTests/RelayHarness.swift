@@ -165,7 +165,7 @@ final class RelayHarness: Sendable {
         configuration["group.id"] = "reader-\(UUID().uuidString.prefix(8))"
         let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: logger)
         return await withTaskGroup(of: [KafkaRecord]?.self) { group in
-            group.addTask { await consumer.run(); return nil }
+            group.addTask { try? await consumer.run(); return nil }
             group.addTask {
                 var collected: [KafkaRecord] = []
                 for await chunk in consumer.records {

@@ -31,6 +31,9 @@ final class PollThread: Sendable {
     /// Whether the loop should go on.
     var isPolling: Bool { state.withLock { $0.phase == .polling } }
 
+    /// Whether a stop was asked for or the loop ended: it will not come round again.
+    var hasEnded: Bool { state.withLock { $0.phase == .stopping || $0.phase == .stopped } }
+
     /// Runs `loop` on its own thread (once; a later call only waits) and returns when it ended:
     /// the loop returns once `isPolling` turned false. Cancelling the task stops it.
     func run(_ loop: @escaping @Sendable () -> Void) async {
