@@ -92,23 +92,23 @@ public final class KafkaConsumer: Service, Sendable {
         }
         var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         properties["enable.auto.commit"] = "false"
-        let intake = ConsumerIntake()
+        let demand = ReaderDemand()
         let handOver = NIOAsyncSequenceProducer.makeSequence(
             elementType: [KafkaRecord].self,
             backPressureStrategy: NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark(
                 lowWatermark: Self.maximumBufferedChunks, highWatermark: Self.maximumBufferedChunks),
-            finishOnDeinit: false, delegate: intake)
+            finishOnDeinit: false, delegate: demand)
         self.records = KafkaRecordChunks(sequence: handOver.sequence)
-        let context = ConsumerContext(logger: logger, intake: intake, source: handOver.source,
+        let context = ConsumerContext(logger: logger, demand: demand, source: handOver.source,
                                       rebalanceHandler: rebalanceHandler,
                                       committedOnRevoke: committedOnRevoke, consumeError: consumeError,
                                       statistics: statistics)
         let client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties), context: context)
         self.client = client
         self.context = context
-        intake.wakesPoll { [weak client] in client?.wakePoll() }  // weak: the client holds the intake through its context
+        demand.wakesPoll { [weak client] in client?.wakePoll() }  // weak: the client holds the demand through its context
         self.pollThread = PollThread(name: "kafka-consumer-poll") {
-            intake.wake()
+            demand.wake()
             client.wakePoll()
         }
         self.logger = logger
@@ -149,7 +149,7 @@ public final class KafkaConsumer: Service, Sendable {
             return true
         }
         guard applied else { return }
-        context.intake.wake()
+        context.demand.wake()
         client.wakePoll()
     }
 
@@ -196,7 +196,7 @@ public final class KafkaConsumer: Service, Sendable {
     /// pause shows as a poll loop that stopped coming round.
     private func pollLoop() {
         while pollThread.isPolling {
-            let readerWantsMore = context.intake.waitForDemand(timeout: Self.readerBehindWait)
+            let readerWantsMore = context.demand.waitForDemand(timeout: Self.readerBehindWait)
             let wanted = context.wish(in: context.assignment)
             let paused = context.paused
             if wanted != paused {
@@ -209,8 +209,8 @@ public final class KafkaConsumer: Service, Sendable {
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
-                let mark = context.intake.demandMark
-                if context.source.yield(chunk) == .stopProducing { context.intake.readerIsBehind(since: mark) }
+                let mark = context.demand.demandMark
+                if context.source.yield(chunk) == .stopProducing { context.demand.readerIsBehind(since: mark) }
             }
         }
     }
@@ -244,7 +244,7 @@ struct PauseControl {
 /// touched only on the poll thread.
 final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDKafkaStatisticsHandling,
     @unchecked Sendable {  // poll-thread state, as said above; the rest is immutable or atomic
-    let intake: ConsumerIntake
+    let demand: ReaderDemand
     let source: KafkaRecordChunks.Source
     let rebalanceHandler: KafkaConsumer.RebalanceHandler
     let committedOnRevoke: @Sendable ([TopicPartitionOffset]) -> Void
@@ -262,14 +262,14 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
 
-    init(logger: Logger, intake: ConsumerIntake, source: KafkaRecordChunks.Source,
+    init(logger: Logger, demand: ReaderDemand, source: KafkaRecordChunks.Source,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
          committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void,
          consumeError: @escaping @Sendable (String) -> Void,
          statistics: @escaping @Sendable ([TopicPartition: PartitionStatistics]) -> Void) {
         self.consumeError = consumeError
         self.onStatistics = statistics
-        self.intake = intake
+        self.demand = demand
         self.source = source
         self.rebalanceHandler = rebalanceHandler
         self.committedOnRevoke = committedOnRevoke
@@ -336,7 +336,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
 public struct KafkaRecordChunks: AsyncSequence, Sendable {
     public typealias Element = [KafkaRecord]
     typealias HandOver = NIOAsyncSequenceProducer<
-        [KafkaRecord], NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark, ConsumerIntake
+        [KafkaRecord], NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark, ReaderDemand
     >
     typealias Source = HandOver.Source
 
@@ -358,7 +358,7 @@ public struct KafkaRecordChunks: AsyncSequence, Sendable {
 /// Whether the reader wants more chunks, as the hand-over's back-pressure says. The poll thread
 /// waits on it while the reader is behind, woken by the reader asking for more (or by a stop),
 /// never by a timer; a poll waiting in librdkafka is woken too, so paused partitions resume.
-final class ConsumerIntake: NIOAsyncSequenceProducerDelegate, @unchecked Sendable {  // guarded by `condition`
+final class ReaderDemand: NIOAsyncSequenceProducerDelegate, @unchecked Sendable {  // guarded by `condition`
     // `wanted`, `demands` and `woken` are guarded by `condition`; `wakePoll` is set once, before polling starts.
     private let condition = NSCondition()
     private var wanted = true

@@ -25,7 +25,7 @@ public final class DeadLetterWriter: Sendable {
     private let health: RelayHealth
     private let logger: Logger
     private let letters: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>
-    private let intake: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>.Continuation
+    private let submissions: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>.Continuation
     private let submitted = Atomic(0)
     private let started = Atomic(0)
     private let ended = Atomic(0)
@@ -43,22 +43,22 @@ public final class DeadLetterWriter: Sendable {
         self.producer = producer
         self.logLimiter = logLimiter
         self.logger = logger
-        (letters, intake) = AsyncStream.makeStream()
+        (letters, submissions) = AsyncStream.makeStream()
     }
 
     /// Queues a letter; `ended` runs after its attempt: true once the broker has it, false when
     /// the write failed (then it is the caller's to submit again) or was cancelled by shutdown.
     public func submit(_ order: DeadLetterOrder, ended: @escaping @Sendable (Bool) -> Void) {
         submitted.add(1, ordering: .relaxed)
-        intake.yield((order, ended))
+        submissions.yield((order, ended))
     }
 
     /// No more letters will be submitted; `run` returns once the queued ones had their attempt.
-    public func finishIntake() {
-        intake.finish()
+    public func finishSubmissions() {
+        submissions.finish()
     }
 
-    /// Runs the producer and writes letters until intake finished and every letter had its
+    /// Runs the producer and writes letters until submissions finished and every letter had its
     /// attempt (or was cancelled); then flushes and stops the producer.
     public func run() async {
         try? await producer.whileRunning(flushTimeout: .seconds(10)) {

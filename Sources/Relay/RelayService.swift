@@ -17,7 +17,7 @@ import Synchronization
 /// accepted by Fleet Engine, dead-lettered, or superseded by a newer accepted fix.
 /// The decisions are `PipelineState`'s, carried out by `PipelineDriver` (requests, dead
 /// letters, deadlines); this type runs the consumer and the tasks around them, and the
-/// drain on shutdown. Rebalances: `RelayService+Rebalance.swift`; decoding: `RecordIntake`;
+/// drain on shutdown. Rebalances: `RelayService+Rebalance.swift`; decoding: `RecordDecoding`;
 /// computed gauges: `RelayGauges`.
 public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
@@ -28,7 +28,7 @@ public final class RelayService: Service, Sendable {
     let logLimiter = LogLimiter()
     let driver: PipelineDriver
     var pipeline: Pipeline { driver.pipeline }
-    private let intake: RecordIntake
+    private let decoding: RecordDecoding
     let logger: Logger
     let consumerState = Mutex<KafkaConsumer?>(nil)
     let gauges = RelayGauges()
@@ -46,7 +46,7 @@ public final class RelayService: Service, Sendable {
         self.tokens = tokens
         self.client = client
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
-        self.intake = RecordIntake(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
+        self.decoding = RecordDecoding(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
         var limits = PipelineLimits(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
@@ -144,7 +144,7 @@ public final class RelayService: Service, Sendable {
         await cancelWhenGracefulShutdown {
             for await chunk in consumer.records {
                 self.health.recordRecordsConsumed()
-                guard let records = try? await self.intake.decode(chunk, waiting: self.driver.recordsWaitForSchemaRegistry)
+                guard let records = try? await self.decoding.decode(chunk, waiting: self.driver.recordsWaitForSchemaRegistry)
                 else { break }
                 self.driver.consume(records)
             }

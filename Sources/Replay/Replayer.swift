@@ -112,6 +112,7 @@ public final class Replayer: Sendable {
     private let sender: ReplaySender?
     private let progress: ReplayProgress
     private let statistics = RelayStatistics()
+    private let counters = ReplayCounters()
     public let health = RelayHealth()
     private let logger: Logger
 
@@ -145,7 +146,7 @@ public final class Replayer: Sendable {
         let windows = checkpoint.partitions
         summary.recordsInWindow = Int(windows.reduce(0) { $0 + $1.records })
         summary.alreadyFinished = Int(windows.reduce(0) { $0 + checkpoint.startOffset(of: $1) - $1.start })
-        Gauge(label: "fleet_relay_replay_records_in_window").record(summary.recordsInWindow)
+        counters.recordsInWindow.record(summary.recordsInWindow)
         for window in windows where window.method == .search {
             logger.info("Partition \(window.partition): the broker's offsets-for-times answer contradicted the partition's records; found offsets \(window.start)..<\(window.end) by binary search")
         }
@@ -351,7 +352,7 @@ public final class Replayer: Sendable {
             }
             summary.recordsRead += batch.count
             progress.advance(by: batch.count)
-            Counter(label: "fleet_relay_replay_records_read_total").increment(by: batch.count)
+            counters.recordsRead.increment(by: batch.count)
             take(batch)
             for partition in reachedEnd { remaining[partition.partition] = nil }
             if ContinuousClock.now - lastProgress > .seconds(60) {
@@ -378,7 +379,7 @@ public final class Replayer: Sendable {
             return .skipped(source)
         case .rejected(let rejection):
             summary.bad += 1
-            Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", rejection.reason.rawValue)]).increment()
+            counters.badRecords[rejection.reason]?.increment()
             // Without a dead-letter topic a bad record is only counted: sending it again cannot help.
             guard configuration.deadLetterTopic != nil else { return .skipped(source) }
             return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
@@ -405,6 +406,15 @@ public final class Replayer: Sendable {
         }
         return deleted
     }
+}
+
+/// The replay's own metrics, made once: each series exists from the start, at 0.
+struct ReplayCounters: Sendable {
+    let recordsInWindow = Gauge(label: "fleet_relay_replay_records_in_window")
+    let recordsRead = Counter(label: "fleet_relay_replay_records_read_total")
+    let badRecords = Dictionary(uniqueKeysWithValues: RejectionReason.allCases.map {
+        ($0, Counter(label: "fleet_relay_replay_bad_records_total", dimensions: [("reason", $0.rawValue)]))
+    })
 }
 
 /// What a dry run counts per vehicle: memory grows with vehicles, not with the window.
@@ -484,13 +494,13 @@ final class PauseMailbox: Sendable {
 /// pipeline's lock (a durable write takes milliseconds), and answers the order once saved.
 final class CheckpointSaver: Sendable {
     private let orders: AsyncStream<CommitOrder>
-    private let intake: AsyncStream<CommitOrder>.Continuation
+    private let submissions: AsyncStream<CommitOrder>.Continuation
     private let saved: Mutex<ReplayCheckpoint>
     private let save: @Sendable (ReplayCheckpoint) throws -> Void
     private let logger: Logger
 
     init(checkpoint: ReplayCheckpoint, save: @escaping @Sendable (ReplayCheckpoint) throws -> Void, logger: Logger) {
-        (orders, intake) = AsyncStream.makeStream()
+        (orders, submissions) = AsyncStream.makeStream()
         saved = Mutex(checkpoint)
         self.save = save
         self.logger = logger
@@ -501,12 +511,12 @@ final class CheckpointSaver: Sendable {
 
     /// Takes an order; never blocks (the state machine orders one commit at a time).
     func submit(_ order: CommitOrder) -> String? {
-        intake.yield(order)
+        submissions.yield(order)
         return nil
     }
 
     func finish() {
-        intake.finish()
+        submissions.finish()
     }
 
     func run(answer: (CommitOrder, String?) -> Void) async {

@@ -488,7 +488,7 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
 
         harness.cluster.setTopicError(topic, error: 0)
         try await eventually("every letter is written", timeout: .seconds(120)) { written.withLock { $0.count } == 200 }
-        writer.finishIntake()
+        writer.finishSubmissions()
         await running.value
         let letters = try await harness.read(topic: topic, count: 200)
         let details = letters.compactMap { $0.header("fleet-relay-detail").flatMap { Int64($0) } }

@@ -231,7 +231,7 @@ public final class PipelineDriver: Sendable {
                         workers.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
                     }
                 }
-                self.deadLetters?.finishIntake()
+                self.deadLetters?.finishSubmissions()
             }
         }
     }

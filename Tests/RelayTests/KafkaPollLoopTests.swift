@@ -8,8 +8,8 @@ import Testing
 /// The consumer's poll thread waits in librdkafka, woken by what concerns it, never polling
 /// its own state at an interval. Here an idle poll waits a minute: whatever must take effect
 /// sooner has to wake it.
-@Suite struct KafkaIntakeTests {
-    let logger = Logger(label: "intake-test")
+@Suite struct KafkaPollLoopTests {
+    let logger = Logger(label: "poll-loop-test")
 
     /// The partitions the rebalance callbacks handed over.
     final class Assignment: Sendable {
@@ -36,15 +36,15 @@ import Testing
     /// ask must not be lost, or the poll thread would wait for the reader forever with every
     /// partition paused.
     @Test func anAskForMoreDuringAFullYieldIsNotLost() {
-        let intake = ConsumerIntake()
-        let mark = intake.demandMark
-        intake.produceMore()
-        intake.readerIsBehind(since: mark)
-        #expect(intake.waitForDemand(timeout: .zero), "the reader asked after the yield began")
-        intake.readerIsBehind(since: intake.demandMark)
-        #expect(!intake.waitForDemand(timeout: .milliseconds(10)), "no ask since: the reader is behind")
-        intake.produceMore()
-        #expect(intake.waitForDemand(timeout: .zero))
+        let demand = ReaderDemand()
+        let mark = demand.demandMark
+        demand.produceMore()
+        demand.readerIsBehind(since: mark)
+        #expect(demand.waitForDemand(timeout: .zero), "the reader asked after the yield began")
+        demand.readerIsBehind(since: demand.demandMark)
+        #expect(!demand.waitForDemand(timeout: .milliseconds(10)), "no ask since: the reader is behind")
+        demand.produceMore()
+        #expect(demand.waitForDemand(timeout: .zero))
     }
 
     @Test func aNewAssignmentAndEachPauseChangeWakeTheIdlePollThread() async throws {
@@ -82,8 +82,8 @@ import Testing
         let handOver = NIOAsyncSequenceProducer.makeSequence(
             elementType: [KafkaRecord].self,
             backPressureStrategy: NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark(lowWatermark: 1, highWatermark: 2),
-            finishOnDeinit: true, delegate: ConsumerIntake())
-        let context = ConsumerContext(logger: logger, intake: ConsumerIntake(), source: handOver.source,
+            finishOnDeinit: true, delegate: ReaderDemand())
+        let context = ConsumerContext(logger: logger, demand: ReaderDemand(), source: handOver.source,
                                       rebalanceHandler: { _ in [] }, committedOnRevoke: { _ in }, consumeError: { _ in },
                                       statistics: { _ in })
         let (p0, p1, p2) = (TopicPartition(topic: "t", partition: 0), TopicPartition(topic: "t", partition: 1),

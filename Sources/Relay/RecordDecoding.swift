@@ -5,7 +5,7 @@ import Logging
 /// Consumed records into what the pipeline takes: fixes, bad records (dead-lettered with their
 /// reason) and records a mapping's skip rule leaves out. Framed records wait for their schema
 /// through a registry outage.
-struct RecordIntake: Sendable {
+struct RecordDecoding: Sendable {
     let decoder: any RecordDecoder
     let statistics: RelayStatistics
     let logLimiter: LogLimiter
