@@ -25,6 +25,8 @@ final class RequestHandler: ChannelInboundHandler {
     private var body: [UInt8] = []
     private var tooLarge = false
     private let connection = ClientConnection()
+    /// This stream's ID, on HTTP/2.
+    private var streamID: HTTP2StreamID?
 
     init(responder: @escaping HTTPResponder, statistics: HTTPServerStatistics, servedProtocol: ServedProtocol) {
         self.responder = responder
@@ -34,13 +36,14 @@ final class RequestHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         if case .http2(let observer?) = servedProtocol {
-            observer.streamOpened(try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID))
+            streamID = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+            observer.streamOpened(streamID)
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.close()
-        if case .http2(let observer?) = servedProtocol { observer.streamClosed() }
+        if case .http2(let observer?) = servedProtocol { observer.streamClosed(streamID) }
         context.fireChannelInactive()
     }
 
@@ -150,10 +153,17 @@ final class RequestHandler: ChannelInboundHandler {
 /// injects connection faults (the emulator) hooks into. Nothing in production sets one.
 public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
     func streamOpened(_ id: HTTP2StreamID?)
-    func streamClosed()
+    func streamClosed(_ id: HTTP2StreamID?)
     /// A request arrived whole on a stream: answer it, or leave it unprocessed one of the ways
     /// a server may.
     func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate
+    /// A HEADERS frame arrived for this stream, seen before SwiftNIO's HTTP/2 layer (which drops
+    /// streams opened above a GOAWAY's last stream ID unseen by the handlers above).
+    func headersArrived(on id: HTTP2StreamID)
+}
+
+extension HTTP2ConnectionObserver {
+    public func headersArrived(on id: HTTP2StreamID) {}
 }
 
 public enum HTTP2RequestFate: Sendable {
