@@ -76,13 +76,6 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
     private var goingAway = false
     /// Set by a GOAWAY below open streams: requests from then on are left unprocessed.
     private var withholding = false
-    /// Every stream the client opened on the connection (HEADERS seen before SwiftNIO's HTTP/2
-    /// layer, which drops those above its GOAWAY unseen): what a GOAWAY left unprocessed is
-    /// counted from them once the connection closed.
-    private var streamsOpened: [HTTP2StreamID] = []
-    /// Streams open now, by ID; and the last one a GOAWAY below open streams let through.
-    private var openIDs: Set<HTTP2StreamID> = []
-    private var lastProcessed: HTTP2StreamID?
     private var closeScheduled = false
 
     init(behaviour: HTTP2ServerBehaviour, connection: any Channel, statistics: HTTPServerStatistics) {
@@ -94,7 +87,6 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
     func streamOpened(_ id: HTTP2StreamID?) {
         connection.eventLoop.preconditionInEventLoop()
         openStreams += 1
-        if let id { openIDs.insert(id) }
         statistics.noteOpenStreams(openStreams)
         if let id, id > highestStreamID { highestStreamID = id }
     }
@@ -103,25 +95,19 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
     /// period (unless the client closed it first), as a front end does: closing at once would
     /// reset the TCP connection under streams the client sent meanwhile, and the client would
     /// lose the GOAWAY and the last answers with them.
-    func streamClosed(_ id: HTTP2StreamID?) {
+    func streamClosed() {
         openStreams -= 1
-        if let id { openIDs.remove(id) }
-        if let last = lastProcessed {
-            closeOnceProcessedStreamsEnded(last: last)
-            return
-        }
         guard goingAway, openStreams == 0, !closeScheduled else { return }
         closeScheduled = true
         let connection = connection
         connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }
     }
 
-    func headersArrived(on id: HTTP2StreamID) {
-        streamsOpened.append(id)
-    }
-
     func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate {
-        if withholding { return .withhold }  // counted once the connection closed
+        if withholding {
+            statistics.count(\.streamsAboveGoAway)
+            return .withhold
+        }
         if behaviour.resetShare > 0, Double.random(in: 0..<1) < behaviour.resetShare {
             statistics.count(\.streamsReset)
             return .reset
@@ -144,22 +130,10 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
         goingAway = true
         withholding = true
         statistics.count(\.goAwaysSent)
+        statistics.count(\.streamsAboveGoAway)
         let last = HTTP2StreamID(max(0, Int(id) - 2))
-        // Every stream the client opened above `last`, whether SwiftNIO passed it on or not.
-        connection.closeFuture.whenComplete { [self] _ in
-            let unprocessed = Set(streamsOpened.filter { $0 > last }).count
-            for _ in 0..<unprocessed { statistics.count(\.streamsAboveGoAway) }
-        }
         connection.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil)),
                                  promise: nil)
-        lastProcessed = last
-        closeOnceProcessedStreamsEnded(last: last)
-    }
-
-    /// The streams left unprocessed are never answered: the connection closes a grace period
-    /// after the last stream it processes was answered, so that no answer is cut off.
-    private func closeOnceProcessedStreamsEnded(last: HTTP2StreamID) {
-        guard !closeScheduled, openIDs.allSatisfy({ $0 > last }) else { return }
         closeScheduled = true
         let connection = connection
         connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }

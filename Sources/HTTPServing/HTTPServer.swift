@@ -120,11 +120,6 @@ public final class HTTPServer: Sendable {
                 try stream.pipeline.syncOperations.addHandler(
                     RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http2(observer)))
             }
-        }.flatMapThrowing { _ in
-            // Before any byte is read: the negotiation handler holds them until this future completes.
-            guard let observer else { return }
-            let http2 = try connection.pipeline.syncOperations.handler(type: NIOHTTP2Handler.self)
-            try connection.pipeline.syncOperations.addHandler(HTTP2StreamStarts(observer: observer), position: .before(http2))
-        }
+        }.map { _ in }
     }
 }

@@ -25,8 +25,6 @@ final class RequestHandler: ChannelInboundHandler {
     private var body: [UInt8] = []
     private var tooLarge = false
     private let connection = ClientConnection()
-    /// This stream's ID, on HTTP/2.
-    private var streamID: HTTP2StreamID?
 
     init(responder: @escaping HTTPResponder, statistics: HTTPServerStatistics, servedProtocol: ServedProtocol) {
         self.responder = responder
@@ -36,14 +34,13 @@ final class RequestHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         if case .http2(let observer?) = servedProtocol {
-            streamID = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-            observer.streamOpened(streamID)
+            observer.streamOpened(try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID))
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.close()
-        if case .http2(let observer?) = servedProtocol { observer.streamClosed(streamID) }
+        if case .http2(let observer?) = servedProtocol { observer.streamClosed() }
         context.fireChannelInactive()
     }
 
@@ -153,17 +150,10 @@ final class RequestHandler: ChannelInboundHandler {
 /// injects connection faults (the emulator) hooks into. Nothing in production sets one.
 public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
     func streamOpened(_ id: HTTP2StreamID?)
-    func streamClosed(_ id: HTTP2StreamID?)
+    func streamClosed()
     /// A request arrived whole on a stream: answer it, or leave it unprocessed one of the ways
     /// a server may.
     func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate
-    /// A HEADERS frame arrived for this stream, seen before SwiftNIO's HTTP/2 layer (which drops
-    /// streams opened above a GOAWAY's last stream ID unseen by the handlers above).
-    func headersArrived(on id: HTTP2StreamID)
-}
-
-extension HTTP2ConnectionObserver {
-    public func headersArrived(on id: HTTP2StreamID) {}
 }
 
 public enum HTTP2RequestFate: Sendable {

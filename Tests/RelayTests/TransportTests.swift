@@ -257,10 +257,10 @@ extension TransportTests {
         #expect(transport.streamsRefused >= 2, "\(transport)")
         #expect(resentAboveGoAway >= Double(transport.goAwaysSent), "each GOAWAY left at least its trigger to send again")
         #expect(resentRefused >= 1)
-        // Every unprocessed request is sent again once at once; one left unprocessed again waits
-        // for a retry. The emulator counts every stream opened above its GOAWAY from the frames
-        // themselves (SwiftNIO's HTTP/2 layer drops those unseen by the stream handlers); the sums
-        // agree in most runs, but not all, so the emulator's count is held as a lower bound.
+        // Every unprocessed request the emulator saw is sent again at once; one left unprocessed
+        // again waits for a retry. Streams the relay opened while the GOAWAY was on its way are
+        // resent too, but SwiftNIO's HTTP/2 layer refuses them before the emulator sees them, so
+        // its count is a lower bound.
         let unprocessed = Double(transport.streamsAboveGoAway + transport.streamsRefused)
         #expect(unprocessed <= resentAboveGoAway + resentRefused + retries,
                 "resent \(resentAboveGoAway) + \(resentRefused), retried \(retries), unprocessed \(unprocessed): \(transport)")
