@@ -37,9 +37,6 @@ public final class KafkaConsumer: Service, Sendable {
 
     public static let maximumChunkSize = 500
     public static let maximumBufferedChunks = 2
-    /// How long the poll thread waits for a reader that is behind before it looks at the
-    /// pause wish again (a change of the wish or a stop ends the wait sooner).
-    static let readerBehindWait = Duration.seconds(1)
     /// How long one poll waits when nothing arrives. Records, a rebalance, a pause change, the
     /// reader wanting more and a stop all end the wait at once: this only bounds how stale the
     /// poll loop's liveness stamp gets on an idle consumer (tests lengthen it).
@@ -190,13 +187,13 @@ public final class KafkaConsumer: Service, Sendable {
 
     // MARK: Poll thread
 
-    /// Each round applies the pause wish, then polls. While the reader is behind, it polls only
-    /// when every assigned partition is paused (nothing can be handed over then): otherwise it
-    /// waits for the reader to ask for more, and a reader that never does without a wish to
-    /// pause shows as a poll loop that stopped coming round.
+    /// Each round applies the pause wish, then polls. While every assigned partition is paused,
+    /// polling hands nothing over and goes on (rebalances, commit answers). Otherwise a reader
+    /// that is behind is waited for, with no timer: its asking for more, a new wish or a stop
+    /// ends the wait. A reader that never asks, with no wish to pause, shows as a poll loop
+    /// that stopped coming round.
     private func pollLoop() {
         while pollThread.isPolling {
-            let readerWantsMore = context.demand.waitForDemand(timeout: Self.readerBehindWait)
             let wanted = context.wish(in: context.assignment)
             let paused = context.paused
             if wanted != paused {
@@ -204,7 +201,7 @@ public final class KafkaConsumer: Service, Sendable {
                 context.paused = wanted
             }
             context.pausedPartitionCount.store(wanted.count, ordering: .relaxed)
-            guard readerWantsMore || wanted == context.assignment else { continue }
+            if wanted != context.assignment, !context.demand.waitForDemand() { continue }
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
@@ -411,17 +408,22 @@ final class ReaderDemand: NIOAsyncSequenceProducerDelegate, @unchecked Sendable 
         condition.unlock()
     }
 
-    /// Waits until the reader wants more; false when it still does not after `timeout`, or when woken.
-    func waitForDemand(timeout: Duration) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: timeout.inSeconds)
+    /// Waits until the reader wants more; false when woken first, or when it still does not
+    /// after `timeout` (nil: no limit).
+    func waitForDemand(timeout: Duration? = nil) -> Bool {
+        let deadline = timeout.map { Date(timeIntervalSinceNow: $0.inSeconds) }
         condition.lock()
         defer {
             woken = false
             condition.unlock()
         }
-        while !wanted {
-            if woken || !condition.wait(until: deadline) { return wanted }
+        while !wanted, !woken {
+            if let deadline {
+                if !condition.wait(until: deadline) { break }
+            } else {
+                condition.wait()
+            }
         }
-        return true
+        return wanted
     }
 }

@@ -19,12 +19,9 @@ public struct CoalescedRequest: Sendable {
     public internal(set) var failingSince: ContinuousClock.Instant?
     /// When the state machine handed the attempt to a worker.
     public internal(set) var startedAt: ContinuousClock.Instant?
-    /// Set by the state when a partition of the request's records is revoked or reassigned.
+    /// Set by the state when a partition of the request's records is revoked or reassigned:
+    /// the forwarder sends nothing more then.
     public internal(set) var revocations: [Revocation] = []
-
-    /// A partition of the request's records is being revoked (or was reassigned): nothing more
-    /// is sent, so a revoke waits for at most the request already under way.
-    public var isRevoked: Bool { revocations.contains { $0.isSet } }
 
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]

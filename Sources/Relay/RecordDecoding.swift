@@ -16,13 +16,7 @@ struct RecordDecoding: Sendable {
     /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
     func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         let inputs = chunk.map(InputRecord.init)
-        var waited = false
-        defer { if waited { waiting(nil) } }
-        try await decoder.prepare(inputs) { problem in
-            noteRegistryUnavailable(problem)
-            if !waited { waiting(problem.description) }
-            waited = true
-        }
+        try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
         return zip(chunk, inputs).map { record, input -> ConsumedRecord in
             let source = RecordSource(record)
             switch decoder.decode(input) {
@@ -44,5 +38,24 @@ struct RecordDecoding: Sendable {
             logger.info("Skipping \(source.description): \(rule) (the input mapping's skip rule; committed, not sent)")
         }
         return .skipped(source)
+    }
+}
+
+extension RecordDecoder {
+    /// `prepare`, telling `waiting` when the records begin to wait for the Schema Registry (the
+    /// first failure's reason) and when they no longer do (nil, also when cancelled), so that
+    /// the pipeline pauses fetching meanwhile; `unavailable` hears every failure. Returns
+    /// whether they waited. The relay's and the replay's readers both take records in so.
+    @discardableResult
+    public func prepare(_ records: [InputRecord], waiting: (String?) -> Void,
+                        unavailable: (SchemaRegistryUnavailable) -> Void) async throws -> Bool {
+        var waited = false
+        defer { if waited { waiting(nil) } }
+        try await prepare(records) { problem in
+            unavailable(problem)
+            if !waited { waiting(problem.description) }
+            waited = true
+        }
+        return waited
     }
 }

@@ -30,7 +30,7 @@ public final class RelayHealth: Sendable {
         var lastPollAge: @Sendable () -> Double = { 0 }
         var deadLetterFailure: DeadLetterFailure?
         /// Why records wait for the Schema Registry, and since when, while they do.
-        var recordsWaiting: (reason: String, since: ContinuousClock.Instant)?
+        var schemaRegistryWait: (reason: String, since: ContinuousClock.Instant)?
     }
 
     private struct DeadLetterFailure {
@@ -61,11 +61,7 @@ public final class RelayHealth: Sendable {
     /// no longer do (nil): not ready once they waited longer than the outage limit; alive throughout.
     func recordSchemaRegistryUnavailable(_ reason: String?, now: ContinuousClock.Instant = .now) {
         state.withLock { state in
-            if let reason {
-                state.recordsWaiting = (reason, state.recordsWaiting?.since ?? now)
-            } else {
-                state.recordsWaiting = nil
-            }
+            state.schemaRegistryWait = reason.map { ($0, state.schemaRegistryWait?.since ?? now) }
         }
     }
 
@@ -184,7 +180,7 @@ public final class RelayHealth: Sendable {
         return liveness + [
             groupCheck(current, now: now),
             consumeCheck(current, now: now),
-            recordsCheck(current.recordsWaiting, now: now),
+            schemaRegistryCheck(current.schemaRegistryWait, now: now),
             signerCheck(since: signerFailing, configurationFailure: current.signerConfigurationFailure, now: now),
             fleetEngineCheck(since: current.fleetEngineOutageSince, failure: current.fleetEngineFailure, now: now),
             deadLetterCheck(current.deadLetterFailure, now: now),
@@ -200,7 +196,7 @@ public final class RelayHealth: Sendable {
         return Check(name: "signer", ok: now - since <= maximumOutage, detail: "failing for \(seconds) s")
     }
 
-    private func recordsCheck(_ waiting: (reason: String, since: ContinuousClock.Instant)?, now: ContinuousClock.Instant) -> Check {
+    private func schemaRegistryCheck(_ waiting: (reason: String, since: ContinuousClock.Instant)?, now: ContinuousClock.Instant) -> Check {
         guard let waiting else { return Check(name: "schema_registry", ok: true, detail: "ok") }
         return Check(name: "schema_registry", ok: now - waiting.since <= maximumOutage,
                      detail: "records wait for their schema for \((now - waiting.since).components.seconds) s, fetching paused (\(waiting.reason))")

@@ -329,16 +329,10 @@ public final class Replayer: Sendable {
             }
             let (records, reachedEnd) = try await reader.poll(maximum: 2000)
             if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
-            var waited = false
-            try await decoder.prepare(records.map(InputRecord.init)) { problem in
+            let waited = try await decoder.prepare(records.map(InputRecord.init), waiting: waiting) { problem in
                 logger.warning("\(problem); records wait and are retried")
-                if !waited { waiting(problem.description) }
-                waited = true
             }
-            if waited {
-                waiting(nil)
-                lastProgress = .now  // waiting for the registry is not a stalled partition
-            }
+            if waited { lastProgress = .now }  // waiting for the registry is not a stalled partition
             var batch: [ConsumedRecord] = []
             for record in records {
                 guard let end = remaining[record.partition] else { continue }
