@@ -258,6 +258,12 @@ extension IntegrationTests.RelayFaultTests {
         let firstTokens = peers.tokenService.issuedTokens
         #expect(firstTokens.count == 5)
         harness.emulator.revoke(tokens: firstTokens)
+        // RS256 signs deterministically and `iat` counts whole seconds: a token minted again
+        // within the same second is the refused token itself. Fleet Engine would refuse it too.
+        let lastIssuedAt = try firstTokens.map { try JWT.decode($0).claims["iat"]?.numberValue ?? 0 }.max() ?? 0
+        try await eventually("the clock is past the second the refused tokens were issued in") {
+            Date().timeIntervalSince1970 >= lastIssuedAt + 1
+        }
 
         let second = GeneratedEvents(vehicles: 5, fixesPerVehicle: 1, startingAfter: first)
         try await harness.produce(second.events.map(\.record))
