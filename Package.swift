@@ -149,6 +149,7 @@ let package = Package(
                 "Relay", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .target(

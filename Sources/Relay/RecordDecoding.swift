@@ -1,27 +1,49 @@
 import InputFormats
 import Kafka
 import Logging
+import Metrics
+import Synchronization
 
 /// Consumed records into what the pipeline takes: fixes, bad records (dead-lettered with their
-/// reason) and records a mapping's skip rule leaves out. Framed records wait for their schema
-/// through a registry outage.
-struct RecordDecoding: Sendable {
+/// reason) and records left out (by a skip rule of the input mapping, or stamped outside a
+/// replay's time window). Framed records wait for their schema through a registry outage.
+public struct RecordDecoding: Sendable {
     let decoder: any RecordDecoder
     let statistics: RelayStatistics
     let logLimiter: LogLimiter
     let logger: Logger
+    /// Records stamped outside are left out unsent (a replay's time window); nil: none is.
+    public var timeWindow: TimeWindow?
+    /// False: a bad record is counted and left out, not dead-lettered (a replay without a
+    /// dead-letter topic: sending it again cannot help).
+    public var deadLettersBadRecords = true
+    /// Bad records by reason, when the run counts them apart from their dead letters (a replay).
+    public var badRecordCounters: [RejectionReason: Counter] = [:]
+    /// What became of the records decoded, for a replay's summary.
+    public let counts = DecodingCounts()
+
+    public init(decoder: any RecordDecoder, statistics: RelayStatistics, logLimiter: LogLimiter, logger: Logger) {
+        self.decoder = decoder
+        self.statistics = statistics
+        self.logLimiter = logLimiter
+        self.logger = logger
+    }
 
     /// Throws only when cancelled while the registry is unavailable: the chunk stays uncommitted.
     /// `waiting` hears when the chunk begins to wait for the registry (its reason) and when it
     /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
-    func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
+    public func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         let inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
         return zip(chunk, inputs).map { record, input -> ConsumedRecord in
             let source = RecordSource(record)
+            if let timeWindow, !timeWindow.contains(record.timestampMilliseconds) {
+                counts.outsideWindow.add(1, ordering: .relaxed)
+                return .skipped(source)
+            }
             switch decoder.decode(input) {
             case .update(let update): return .fix(PendingFix(update: update, source: source))
-            case .rejected(let rejection): return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+            case .rejected(let rejection): return noteBad(source, rejection)
             case .skipped(let rule): return noteSkipped(source, rule: rule)
             }
         }
@@ -32,12 +54,47 @@ struct RecordDecoding: Sendable {
         logLimiter.warning("schema registry", to: logger, "\(problem); records wait and are retried")
     }
 
+    private func noteBad(_ source: RecordSource, _ rejection: Rejection) -> ConsumedRecord {
+        counts.bad.add(1, ordering: .relaxed)
+        badRecordCounters[rejection.reason]?.increment()
+        guard deadLettersBadRecords else { return .skipped(source) }
+        return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+    }
+
     /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.
     private func noteSkipped(_ source: RecordSource, rule: String) -> ConsumedRecord {
+        counts.skipped.add(1, ordering: .relaxed)
         if logLimiter.allow("skipped: " + rule).allowed {
             logger.info("Skipping \(source.description): \(rule) (the input mapping's skip rule; committed, not sent)")
         }
         return .skipped(source)
+    }
+}
+
+/// Records decoded, by what became of them besides fixes.
+public final class DecodingCounts: Sendable {
+    /// Stamped outside the time window.
+    public let outsideWindow = Atomic<Int>(0)
+    /// Left out by the input mapping's skip rules.
+    public let skipped = Atomic<Int>(0)
+    /// Refused by the input format (dead-lettered, or only counted).
+    public let bad = Atomic<Int>(0)
+}
+
+/// A replay's times: records stamped outside are read but not sent.
+public struct TimeWindow: Sendable {
+    public let from: Int64
+    /// Exclusive; nil: no end.
+    public let to: Int64?
+
+    public init(from: Int64, to: Int64?) {
+        self.from = from
+        self.to = to
+    }
+
+    public func contains(_ timestamp: Int64?) -> Bool {
+        guard let timestamp else { return true }
+        return timestamp >= from && timestamp < (to ?? .max)
     }
 }
 

@@ -58,11 +58,11 @@ extension RelayService {
     /// after the next owner's. Nothing is cancelled: a cancelled update may still be applied by
     /// Fleet Engine, after the next owner's newer fix. Queued records stay uncommitted for it.
     private func waitForWorkUnderWay(in partitions: [TopicPartition]) {
-        guard !drained.load(ordering: .relaxed) else { return }
+        guard pipelineRun.phase != .ended else { return }  // shutdown abandoned the work under way
         let started = ContinuousClock.now
         let left = driver.waitUntilIdle(partitions, timeout: configuration.revokeDrainTimeout)
         revokeWait.recordNanoseconds((ContinuousClock.now - started).nanoseconds)
-        if left > 0, !drained.load(ordering: .relaxed) {
+        if left > 0, pipelineRun.phase != .ended {
             logger.warning("Revoke: \(left) requests still under way after \(configuration.revokeDrainTimeout); their records stay uncommitted")
         }
     }

@@ -7,7 +7,6 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 
-
 /// The relay: consume → decode → pipeline (per-vehicle lanes, coalescing, offsets,
 /// flow control) → sign → send → commit. A `Service` for ServiceLifecycle: graceful
 /// shutdown stops fetching, drains in-flight work for up to `shutdownTimeout`, commits
@@ -16,9 +15,10 @@ import Synchronization
 /// Guarantee: an offset is committed only when every record at or below it was
 /// accepted by Fleet Engine, dead-lettered, or superseded by a newer accepted fix.
 /// The decisions are `PipelineState`'s, carried out by `PipelineDriver` (requests, dead
-/// letters, deadlines); this type runs the consumer and the tasks around them, and the
-/// drain on shutdown. Rebalances: `RelayService+Rebalance.swift`; decoding: `RecordDecoding`;
-/// computed gauges: `RelayGauges`.
+/// letters, deadlines); `PipelineRun` reads, decodes and drains, as it does for a replay.
+/// This type is the relay's configuration of them: the group's consumer as the record feed
+/// and its commits as the sink. Rebalances: `RelayService+Rebalance.swift`; computed gauges:
+/// `RelayGauges`.
 public final class RelayService: Service, Sendable {
     public let configuration: RelayConfiguration
     public let statistics = RelayStatistics()
@@ -26,16 +26,14 @@ public final class RelayService: Service, Sendable {
     private let tokens: TokenCache
     private let client: FleetEngineClient
     let logLimiter = LogLimiter()
-    let driver: PipelineDriver
+    let pipelineRun: PipelineRun
+    var driver: PipelineDriver { pipelineRun.driver }
     var pipeline: Pipeline { driver.pipeline }
-    private let decoding: RecordDecoding
     let logger: Logger
     let consumerState = Mutex<KafkaConsumer?>(nil)
     let gauges = RelayGauges()
     /// How long each revoke waited for the requests and dead-letter writes under way.
     let revokeWait = Timer(label: "fleet_relay_revoke_wait_seconds")
-    /// Set once shutdown has drained: revokes from then on must not wait for work that was abandoned.
-    let drained = Atomic<Bool>(false)
 
     /// `releaseFreedMemory` runs once each time a burst of unfinished records (a cold start, a
     /// backlog) has drained, on the thread that finished it.
@@ -46,7 +44,6 @@ public final class RelayService: Service, Sendable {
         self.tokens = tokens
         self.client = client
         self.health = RelayHealth(maximumOutage: configuration.readyMaximumOutage, logger: logger)
-        self.decoding = RecordDecoding(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
         var limits = PipelineLimits(
             pastLocations: configuration.pastLocationsLimit, minimumInterval: configuration.minimumIntervalPerVehicle,
             vehicleIdleLimit: configuration.vehicleIdleTimeout, maximumPendingRecords: configuration.maximumPendingRecords,
@@ -64,9 +61,12 @@ public final class RelayService: Service, Sendable {
                                            health: health, logger: logger)
         let forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
                                         logLimiter: logLimiter, logger: logger)
-        self.driver = PipelineDriver(limits: limits, forwarder: forwarder, deadLetters: deadLetters, statistics: statistics,
-                                     health: health, logLimiter: logLimiter, logger: logger,
-                                     maximumInFlight: configuration.maximumInFlight, releaseFreedMemory: releaseFreedMemory)
+        let driver = PipelineDriver(limits: limits, forwarder: forwarder, deadLetters: deadLetters, statistics: statistics,
+                                    health: health, logLimiter: logLimiter, logger: logger,
+                                    maximumInFlight: configuration.maximumInFlight, releaseFreedMemory: releaseFreedMemory)
+        let decoding = RecordDecoding(decoder: configuration.makeDecoder(), statistics: statistics, logLimiter: logLimiter, logger: logger)
+        self.pipelineRun = PipelineRun(driver: driver, decoding: decoding, tokens: tokens, health: health,
+                               shutdownTimeout: configuration.shutdownTimeout, logger: logger)
     }
 
     /// Room for a record as large as Kafka's default fetch limit per partition (1 MiB)
@@ -105,50 +105,11 @@ public final class RelayService: Service, Sendable {
         // The consumer's rebalance handler holds the relay: letting go of the consumer ends the
         // cycle, so that its librdkafka handle is destroyed instead of reconnecting until exit.
         defer { consumerState.withLock { $0 = nil } }
-        driver.issueCommits { [weak consumer, weak self] order in
-            guard let consumer, let self else { return "the relay stopped" }
-            return consumer.enqueueCommit(order.offsets) { failure in
-                self.driver.commitAnswered(order, failure: failure?.message)
-            }?.message
-        }
-        driver.applyPauses { [weak consumer] wish, sequence in consumer?.setPaused(wish, sequence: sequence) }
         health.watchPollLoop(secondsSinceLastPoll: { [weak consumer] in consumer?.secondsSinceLastPoll ?? 0 })
         logger.info("Relaying \(configuration.topic) in group \(configuration.group) (dead letters to \(configuration.deadLetterTopic))")
-
-        try await withThrowingDiscardingTaskGroup { consuming in
-            consuming.addTask { try await consumer.run() }
-            await withDiscardingTaskGroup { background in
-                // The pipeline's deadlines: deferred vehicles, commits, forgetting idle vehicles.
-                background.addTask { await self.driver.runDeadlines() }
-                background.addTask { await self.tokens.runRefreshes() }
-                await withTaskGroup(of: Bool.self) { work in
-                    work.addTask { await self.driver.process(); return true }
-                    await ingest(consumer)
-                    await drain(consumer, work: &work)
-                }
-                drained.store(true, ordering: .relaxed)
-                background.cancelAll()
-            }
-            // Leaving the group revokes every partition: its revoke commits what finished.
-            driver.issueCommits(through: nil)
-            driver.applyPauses(through: nil)
-            await consumer.close()
-        }
+        // Leaving the group at the end revokes every partition: its revoke commits what finished.
+        _ = try await pipelineRun.run(feed: consumer, commits: GroupCommits(consumer: consumer))
         logSummary()
-    }
-
-    /// Reads records until graceful shutdown and hands each chunk, decoded, to the pipeline in one step.
-    /// Graceful shutdown cancels the whole loop, not only the wait for the next chunk: a chunk waiting
-    /// out a registry outage stops waiting too, and stays unregistered (uncommitted).
-    private func ingest(_ consumer: KafkaConsumer) async {
-        await cancelWhenGracefulShutdown {
-            for await chunk in consumer.records {
-                self.health.recordRecordsConsumed()
-                guard let records = try? await self.decoding.decode(chunk, waiting: self.driver.recordsWaitForSchemaRegistry)
-                else { break }
-                self.driver.consume(records)
-            }
-        }
     }
 
     /// The gauges computed from the relay's state rather than kept up to date by each event:
@@ -158,21 +119,6 @@ public final class RelayService: Service, Sendable {
         guard let consumer = consumerState.withLock({ $0 }) else { return }
         await gauges.refresh(consumer: consumer, pipeline: pipeline, tokens: tokens)
         gauges.recordResends(client.resentRequests)
-    }
-
-    /// Stops fetching and starting requests, and waits for the requests and dead-letter
-    /// writes already under way (`work`'s processing task, which answers true when it
-    /// ends), up to the shutdown timeout. Queued records stay uncommitted: the next owner
-    /// of their partitions reads them again.
-    private func drain(_ consumer: KafkaConsumer, work: inout TaskGroup<Bool>) async {
-        logger.info("Shutting down: finishing in-flight work for up to \(configuration.shutdownTimeout)")
-        driver.closeIntake()  // pauses every partition
-        let timeout = configuration.shutdownTimeout
-        work.addTask { (try? await Task.sleep(for: timeout)) == nil }
-        if await work.next() == false {
-            logger.warning("Shutdown timeout reached: abandoning unfinished work (it stays uncommitted)")
-        }
-        work.cancelAll()
     }
 
     private func logSummary() {

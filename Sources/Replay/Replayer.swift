@@ -6,6 +6,7 @@ import Kafka
 import Logging
 import Metrics
 import Relay
+import ServiceLifecycle
 import Synchronization
 
 /// What to replay and how.
@@ -36,6 +37,9 @@ public struct ReplayConfiguration: Sendable {
     public var retryPolicy: RetryPolicy
     /// How long one vehicle's update may keep failing transiently before it counts as failed.
     public var retryDeadline: Duration
+    /// How long an interrupted replay waits for the requests under way before it saves the
+    /// checkpoint without them.
+    public var shutdownTimeout: Duration = .seconds(20)
     /// Discard a checkpoint that exists and start over.
     public var restart = false
     /// The flags as given (`-2h` stays relative); by default the absolute times and partitions above.
@@ -95,18 +99,19 @@ public struct ReplayError: Error, CustomStringConvertible {
 }
 
 /// Replays a time window of the location topic into Fleet Engine through the relay's own
-/// pipeline core (`PipelineDriver`): the window's partitions are assigned explicitly (no
-/// group, nothing committed to Kafka) and their records stream into the state machine as the
-/// live relay's do. It sends each vehicle's fixes oldest first, in requests of up to
+/// pipeline run (`PipelineRun`): the window's partitions are assigned explicitly (no group,
+/// nothing committed to Kafka) and read by a `WindowFeed`, and what the state machine would
+/// commit goes to the checkpoint instead: per partition, the offset below which every record
+/// of the window finished. It sends each vehicle's fixes oldest first, in requests of up to
 /// `pastLimit` + 1 fixes (a vehicle waits for a full request until the window ends or the
 /// pending bound is reached), reads the live location before every request, retries with
-/// backoff, and bounds what is read ahead by `maximumPendingRecords`. What the state machine
-/// would commit goes to the checkpoint instead: per partition, the offset below which every
-/// record of the window finished.
+/// backoff, and bounds what is read ahead by `maximumPendingRecords`.
 ///
-/// Cancelling the task interrupts it: requests under way end or are abandoned, the
-/// checkpoint is saved, and the summary says what is left.
-public final class Replayer: Sendable {
+/// A `Service`: graceful shutdown (or cancelling the task) interrupts it. Requests under way
+/// get up to `shutdownTimeout` to end, the checkpoint is saved, and the summary says what is
+/// left. This type is the replay's configuration of the run: the window, the checkpoint and
+/// the summary.
+public final class Replayer: Service, Sendable {
     public let configuration: ReplayConfiguration
     private let kafka: KafkaConfiguration
     private let sender: ReplaySender?
@@ -115,6 +120,9 @@ public final class Replayer: Sendable {
     private let counters = ReplayCounters()
     public let health = RelayHealth()
     private let logger: Logger
+    private let outcome = Mutex<Outcome?>(nil)
+
+    public typealias Outcome = (summary: ReplaySummary, plan: Plan)
 
     public init(configuration: ReplayConfiguration, kafka: KafkaConfiguration, sender: ReplaySender?,
                 progress: ReplayProgress, logger: Logger) {
@@ -137,7 +145,16 @@ public final class Replayer: Sendable {
         public var newestMilliseconds: Int64?
     }
 
-    public func run() async throws -> (summary: ReplaySummary, plan: Plan) {
+    /// Runs the replay in a service group; `result` holds its summary afterwards.
+    public func run() async throws {
+        let result = try await replay()
+        outcome.withLock { $0 = result }
+    }
+
+    /// The summary and plan of the replay `run` made.
+    public var result: Outcome? { outcome.withLock { $0 } }
+
+    public func replay() async throws -> Outcome {
         let started = ContinuousClock.now
         var summary = ReplaySummary()
         summary.dryRun = configuration.dryRun
@@ -150,21 +167,44 @@ public final class Replayer: Sendable {
         for window in windows where window.method == .search {
             logger.info("Partition \(window.partition): the broker's offsets-for-times answer contradicted the partition's records; found offsets \(window.start)..<\(window.end) by binary search")
         }
+        let feed = WindowFeed(checkpoint: checkpoint, reader: reader, progress: progress, counters: counters, logger: logger)
+        let decoding = makeDecoding(times: TimeWindow(from: checkpoint.fromMilliseconds, to: checkpoint.toMilliseconds))
+        let toRead = summary.recordsInWindow - summary.alreadyFinished
         var plan = Plan(windows: windows)
         if configuration.dryRun || sender == nil {
-            var tally = DryRunTally(pastLimit: configuration.pastLimit)
-            try await progress.phase("reading", total: summary.recordsInWindow - summary.alreadyFinished, unit: "records") {
-                _ = try await read(checkpoint, reader: reader, summary: &summary) { records in
-                    for case .fix(let fix) in records { tally.add(fix.update) }
-                }
+            let tally = try await progress.phase("reading", total: toRead, unit: "records") {
+                try await tallyWithoutSending(feed, decoding: decoding)
             }
-            plan = tally.plan(windows: windows)
+            summary.interrupted = tally == nil
+            plan = tally?.plan(windows: windows) ?? plan
         } else if let sender {
-            try await send(&checkpoint, reader: reader, sender: sender, summary: &summary)
+            let ending = try await progress.phase("replaying", total: toRead, unit: "records") {
+                try await send(feed, decoding: decoding, sender: sender, checkpoint: &checkpoint, summary: &summary)
+            }
+            summary.interrupted = ending != .inputEnded
         }
-        summary.interrupted = Task.isCancelled
+        count(feed, decoding, into: &summary)
         summary.wallSeconds = (ContinuousClock.now - started) / .seconds(1)
         return (summary, plan)
+    }
+
+    private func makeDecoding(times: TimeWindow) -> RecordDecoding {
+        let decoder = RecordDecoders.forTopic(mapping: configuration.inputMapping, schemaSource: configuration.schemaSource,
+                                              defaultKind: configuration.defaultKind)
+        var decoding = RecordDecoding(decoder: decoder, statistics: statistics, logLimiter: LogLimiter(), logger: logger)
+        decoding.timeWindow = times
+        decoding.deadLettersBadRecords = configuration.deadLetterTopic != nil
+        decoding.badRecordCounters = counters.badRecords
+        return decoding
+    }
+
+    /// What became of the records read, besides the fixes sent.
+    private func count(_ feed: WindowFeed, _ decoding: RecordDecoding, into summary: inout ReplaySummary) {
+        summary.recordsRead = feed.recordsRead
+        summary.deletedBeforeRead = feed.deletedBeforeRead
+        summary.outsideWindow = decoding.counts.outsideWindow.load(ordering: .relaxed)
+        summary.skipped = decoding.counts.skipped.load(ordering: .relaxed)
+        summary.bad = decoding.counts.bad.load(ordering: .relaxed)
     }
 
     // MARK: Window
@@ -201,66 +241,47 @@ public final class Replayer: Sendable {
         try checkpoint.save(to: path)
     }
 
-    private func topicPartition(_ partition: Int32) -> TopicPartition {
-        TopicPartition(topic: configuration.topic, partition: partition)
+    // MARK: Dry run
+
+    /// Reads the window and counts what would be sent; nil when interrupted.
+    private func tallyWithoutSending(_ feed: WindowFeed, decoding: RecordDecoding) async throws -> DryRunTally? {
+        let tally = Mutex(DryRunTally(pastLimit: configuration.pastLimit))
+        let completed = try await cancelWhenGracefulShutdown {
+            try await feed.read { chunk in
+                let records = try await decoding.decode(chunk, waiting: { _ in })
+                tally.withLock { tally in
+                    for case .fix(let fix) in records { tally.add(fix.update) }
+                }
+            }
+            return !Task.isCancelled
+        }
+        return completed ? tally.withLock { $0 } : nil
     }
 
     // MARK: Sending
 
-    /// Streams the window through the pipeline core until every record of it finished (or
-    /// the replay is interrupted), saving the checkpoint at each of the core's commit orders.
-    private func send(_ checkpoint: inout ReplayCheckpoint, reader: KafkaPartitionReader, sender: ReplaySender,
-                      summary: inout ReplaySummary) async throws {
+    /// Streams the window through a pipeline run until every record of it finished (or the
+    /// replay is interrupted), the checkpoint saved at each of the state machine's commit orders.
+    private func send(_ feed: WindowFeed, decoding: RecordDecoding, sender: ReplaySender, checkpoint: inout ReplayCheckpoint,
+                      summary: inout ReplaySummary) async throws -> PipelineRun.Ending {
         if configuration.force {
             logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
         }
         let driver = try makeDriver(sender: sender)
-        let pending = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
-        driver.assign(pending.map { topicPartition($0.partition) }, generation: Self.generation)
-        let pauses = PauseMailbox()
-        driver.applyPauses { pauses.post($0, sequence: $1) }
+        driver.assign(feed.partitions, generation: WindowFeed.generation)
         let saver = CheckpointSaver(checkpoint: checkpoint, save: saveCheckpoint, logger: logger)
-        driver.issueCommits { order in saver.submit(order) }
-        var readError: (any Error)?
-        await withDiscardingTaskGroup { group in
-            group.addTask { await saver.run(answer: driver.commitAnswered) }
-            group.addTask { await sender.tokens.runRefreshes() }
-            group.addTask { await driver.runDeadlines() }
-            await withTaskGroup(of: Void.self) { work in
-                work.addTask {
-                    await withTaskCancellationHandler {
-                        await driver.process()
-                    } onCancel: {
-                        driver.closeIntake()
-                    }
-                }
-                do {
-                    try await progress.phase("replaying", total: summary.recordsInWindow - summary.alreadyFinished, unit: "records") {
-                        try await read(checkpoint, reader: reader, summary: &summary, pauses: pauses,
-                                       waiting: driver.recordsWaitForSchemaRegistry) { driver.consume($0) }
-                    }
-                } catch {
-                    readError = error
-                    driver.closeIntake()
-                }
-                if Task.isCancelled { driver.closeIntake() } else { driver.endInput() }
-                await work.waitForAll()
-            }
-            driver.issueCommits(through: nil)
-            saver.finish()
-            group.cancelAll()
-        }
-        if let readError { throw readError }
+        let run = PipelineRun(driver: driver, decoding: decoding, tokens: sender.tokens, health: health,
+                              shutdownTimeout: configuration.shutdownTimeout, logger: logger)
+        let ending = try await run.run(feed: feed, commits: saver)
         checkpoint = saver.checkpoint
         checkpoint.recordFinished(driver.read { $0.offsetsToCommit() }, of: configuration.topic)
         summarize(driver: driver, into: &summary)
-        checkpoint.complete = !Task.isCancelled && summary.failed == 0 && summary.deletedBeforeRead.isEmpty
+        count(feed, decoding, into: &summary)
+        checkpoint.complete = ending == .inputEnded && summary.failed == 0 && summary.deletedBeforeRead.isEmpty
             && summary.unfinished == 0 && summary.unaccounted == 0
         try saveCheckpoint(checkpoint)
+        return ending
     }
-
-    /// The replay's partitions are assigned once; the window reader stamps every record with generation 0.
-    private static let generation: UInt64 = 0
 
     private func makeDriver(sender: ReplaySender) throws -> PipelineDriver {
         var limits = PipelineLimits(pastLocations: configuration.pastLimit,
@@ -296,109 +317,6 @@ public final class Replayer: Sendable {
         summary.requestsSent = totals.requestsAccepted + totals.requestsFailed
         summary.requestsAccepted = totals.requestsAccepted
         summary.unfinished = driver.read { $0.unfinishedRecords } - statistics.failed.load(ordering: .relaxed)
-    }
-
-    // MARK: Reading
-
-    /// Reads the window's records from the checkpoint's offsets on, classifies each (outside
-    /// the times, skipped, bad, a fix) and hands them on in batches, following the pause wish.
-    /// Returns when every partition reached its window's end (or the task is cancelled).
-    private func read(_ checkpoint: ReplayCheckpoint, reader: KafkaPartitionReader, summary: inout ReplaySummary,
-                      pauses: PauseMailbox? = nil, waiting: (String?) -> Void = { _ in },
-                      take: ([ConsumedRecord]) -> Void) async throws {
-        let windows = checkpoint.partitions.filter { checkpoint.startOffset(of: $0) < $0.end }
-        var remaining = Dictionary(uniqueKeysWithValues: windows.map { ($0.partition, $0.end) })
-        guard !remaining.isEmpty else { return }
-        let times = TimeWindow(from: checkpoint.fromMilliseconds, to: checkpoint.toMilliseconds)
-        var firstOffsets: [Int32: Int64] = [:]
-        try await reader.assign(windows.map { TopicPartitionOffset(topicPartition($0.partition), offset: checkpoint.startOffset(of: $0)) })
-        let decoder = RecordDecoders.forTopic(mapping: configuration.inputMapping, schemaSource: configuration.schemaSource,
-                                              defaultKind: configuration.defaultKind)
-        var paused: Set<TopicPartition> = []
-        var lastProgress = ContinuousClock.now
-        while !remaining.isEmpty, !Task.isCancelled {
-            if let pauses {
-                let wish = pauses.wish
-                if wish != paused { try await reader.pause(wish.subtracting(paused), resume: paused.subtracting(wish)) }
-                paused = wish
-                if remaining.keys.allSatisfy({ paused.contains(topicPartition($0)) }) {
-                    await pauses.waitForChange(from: paused)  // nothing to read until records finish
-                    lastProgress = .now
-                    continue
-                }
-            }
-            let (records, reachedEnd) = try await reader.poll(maximum: 2000)
-            if !records.isEmpty || !reachedEnd.isEmpty { lastProgress = .now }
-            let waited = try await decoder.prepare(records.map(InputRecord.init), waiting: waiting) { problem in
-                logger.warning("\(problem); records wait and are retried")
-            }
-            if waited { lastProgress = .now }  // waiting for the registry is not a stalled partition
-            var batch: [ConsumedRecord] = []
-            for record in records {
-                guard let end = remaining[record.partition] else { continue }
-                if firstOffsets[record.partition] == nil { firstOffsets[record.partition] = record.offset }
-                guard record.offset < end else {
-                    remaining[record.partition] = nil  // the reader started past the window: it was deleted
-                    continue
-                }
-                if record.offset >= end - 1 { remaining[record.partition] = nil }
-                batch.append(classify(record, times: times, decoder: decoder, summary: &summary))
-            }
-            summary.recordsRead += batch.count
-            progress.advance(by: batch.count)
-            counters.recordsRead.increment(by: batch.count)
-            take(batch)
-            for partition in reachedEnd { remaining[partition.partition] = nil }
-            if ContinuousClock.now - lastProgress > .seconds(60) {
-                throw ReplayError("no records from partitions \(remaining.keys.sorted()) for 60 s; are they still there?")
-            }
-        }
-        if !Task.isCancelled {
-            summary.deletedBeforeRead = try await deletedBeforeRead(windows, checkpoint: checkpoint, firstOffsets: firstOffsets, reader: reader)
-        }
-    }
-
-    private func classify(_ record: KafkaRecord, times: TimeWindow, decoder: any RecordDecoder,
-                          summary: inout ReplaySummary) -> ConsumedRecord {
-        let source = RecordSource(record)
-        guard times.contains(record.timestampMilliseconds) else {
-            summary.outsideWindow += 1
-            return .skipped(source)
-        }
-        switch decoder.decode(InputRecord(record)) {
-        case .update(let update):
-            return .fix(PendingFix(update: update, source: source))
-        case .skipped:
-            summary.skipped += 1
-            return .skipped(source)
-        case .rejected(let rejection):
-            summary.bad += 1
-            counters.badRecords[rejection.reason]?.increment()
-            // Without a dead-letter topic a bad record is only counted: sending it again cannot help.
-            guard configuration.deadLetterTopic != nil else { return .skipped(source) }
-            return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
-        }
-    }
-
-    /// Records of the window that retention deleted before they were read, per partition.
-    /// The reader starts a partition whose start offset is gone at its earliest record
-    /// (`auto.offset.reset=earliest`), so such a partition's first record lies past the
-    /// window's start; the partition's log start then says how many are gone. (A first
-    /// record past the start with the log starting earlier is a gap, such as a
-    /// transaction marker or compaction, and loses nothing.)
-    private func deletedBeforeRead(_ windows: [PartitionWindow], checkpoint: ReplayCheckpoint, firstOffsets: [Int32: Int64],
-                                   reader: KafkaPartitionReader) async throws -> [Int32: Int64] {
-        var deleted: [Int32: Int64] = [:]
-        for window in windows {
-            let start = checkpoint.startOffset(of: window)
-            guard firstOffsets[window.partition] != start else { continue }
-            let logStart = try await reader.watermarks(topicPartition(window.partition)).low
-            guard logStart > start else { continue }
-            let count = min(logStart, window.end) - start
-            deleted[window.partition] = count
-            logger.error("Partition \(window.partition): offsets \(start)..<\(start + count) of the window (\(count) records) were deleted by retention before they were read; they are not replayed")
-        }
-        return deleted
     }
 }
 
@@ -438,63 +356,19 @@ struct DryRunTally {
     }
 }
 
-/// The pipeline's pause wish, from the state machine (posting never blocks) to
-/// the window reader, which waits here while every partition it still reads is paused.
-final class PauseMailbox: Sendable {
-    private struct State {
-        var wish: Set<TopicPartition> = []
-        var sequence: UInt64 = 0
-        var waiter: CheckedContinuation<Void, Never>?
-    }
-
-    private let state = Mutex(State())
-
-    var wish: Set<TopicPartition> { state.withLock { $0.wish } }
-
-    /// Keeps `wish` unless a wish with a higher sequence number was posted already.
-    func post(_ wish: Set<TopicPartition>, sequence: UInt64) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard sequence > state.sequence else { return nil }
-            state.wish = wish
-            state.sequence = sequence
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns once the wish differs from `current`, or the task is cancelled.
-    func waitForChange(from current: Set<TopicPartition>) async {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let changed = state.withLock { state -> Bool in
-                    guard state.wish == current, !Task.isCancelled else { return true }
-                    state.waiter = continuation
-                    return false
-                }
-                if changed { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state in
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume()
-        }
-    }
-}
-
-/// Writes the checkpoint for each commit order of the state machine, one at a time, off the
-/// pipeline's lock (a durable write takes milliseconds), and answers the order once saved.
-final class CheckpointSaver: Sendable {
-    private let orders: AsyncStream<CommitOrder>
-    private let submissions: AsyncStream<CommitOrder>.Continuation
+/// The replay's commit sink: writes the checkpoint for each commit order of the state machine,
+/// one at a time, off the pipeline's lock (a durable write takes milliseconds), and answers
+/// the order once saved.
+final class CheckpointSaver: CommitSink {
+    private typealias Submission = (order: CommitOrder, answer: @Sendable (String?) -> Void)
+    private let submissions: AsyncStream<Submission>
+    private let submitter: AsyncStream<Submission>.Continuation
     private let saved: Mutex<ReplayCheckpoint>
     private let save: @Sendable (ReplayCheckpoint) throws -> Void
     private let logger: Logger
 
     init(checkpoint: ReplayCheckpoint, save: @escaping @Sendable (ReplayCheckpoint) throws -> Void, logger: Logger) {
-        (orders, submissions) = AsyncStream.makeStream()
+        (submissions, submitter) = AsyncStream.makeStream()
         saved = Mutex(checkpoint)
         self.save = save
         self.logger = logger
@@ -504,40 +378,28 @@ final class CheckpointSaver: Sendable {
     var checkpoint: ReplayCheckpoint { saved.withLock { $0 } }
 
     /// Takes an order; never blocks (the state machine orders one commit at a time).
-    func submit(_ order: CommitOrder) -> String? {
-        submissions.yield(order)
+    func submit(_ order: CommitOrder, answer: @escaping @Sendable (String?) -> Void) -> String? {
+        submitter.yield((order, answer))
         return nil
     }
 
     func finish() {
-        submissions.finish()
+        submitter.finish()
     }
 
-    func run(answer: (CommitOrder, String?) -> Void) async {
-        for await order in orders {
+    func run() async {
+        for await (order, answer) in submissions {
             let checkpoint = saved.withLock { checkpoint in
                 checkpoint.recordFinished(order.offsets, of: checkpoint.topic)
                 return checkpoint
             }
             do {
                 try save(checkpoint)
-                answer(order, nil)
+                answer(nil)
             } catch {
                 logger.error("Checkpoint not saved: \(error)")
-                answer(order, "\(error)")
+                answer("\(error)")
             }
         }
-    }
-}
-
-/// The replay's times: records stamped outside are read but not sent.
-struct TimeWindow {
-    let from: Int64
-    /// Exclusive; nil: no end.
-    let to: Int64?
-
-    func contains(_ timestamp: Int64?) -> Bool {
-        guard let timestamp else { return true }
-        return timestamp >= from && timestamp < (to ?? .max)
     }
 }

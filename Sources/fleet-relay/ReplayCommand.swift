@@ -1,7 +1,6 @@
 import ArgumentParser
 import CommandLineSupport
 import Egress
-import Dispatch
 import FleetAuth
 import FleetEngine
 import Foundation
@@ -11,7 +10,7 @@ import OpsServer
 import Prometheus
 import Relay
 import Replay
-import Synchronization
+import ServiceLifecycle
 
 enum ProgressStyleArgument: String, ExpressibleByArgument, CaseIterable {
     case auto, bar, log
@@ -83,6 +82,9 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "Give up on a vehicle whose update keeps failing for this long (dead-lettered, or counted as failed and retried on resume with --no-dead-letter).")
     var retryDeadline = DurationArgument(argument: "2m")!
 
+    @Option(help: "Time an interrupted replay waits for its requests under way before saving the checkpoint without them: 500ms, 20s, 1m.")
+    var shutdownTimeout = DurationArgument(argument: "20s")!
+
     @Option(help: "Port for /metrics, /healthz, /readyz during the replay (metrics labelled mode=\"replay\"). Default: none.")
     var metricsPort: Int?
 
@@ -144,6 +146,7 @@ struct ReplayCommand: AsyncParsableCommand {
             retryDeadline: retryDeadline.duration)
         configuration.schemaSource = try input.schemaSource(egress: try egressOptions.egress())
         configuration.restart = restart
+        configuration.shutdownTimeout = shutdownTimeout.duration
         configuration.requestedAs = ReplayRequest(from: Self.requested(from, fromMilliseconds), to: to.map { Self.requested($0, toMilliseconds!) },
                                                   partitions: try partitionList())
         let style: ReplayProgress.Style = switch progress {
@@ -158,14 +161,25 @@ struct ReplayCommand: AsyncParsableCommand {
             "rate": "\(rate > 0 ? "\(rate)/s" : "unlimited")", "dry_run": "\(dryRun)", "force": "\(force)",
             "checkpoint": "\(checkpoint ?? "none")",
         ])
-        let (firstSignal, signalled) = AsyncStream<Never>.makeStream()
-        let interrupt = InterruptSignals(logger: logger) { signalled.finish() }
-        let outcome = await Self.run(replayer, untilSignal: firstSignal)
-        await ops?.shutdown()
+        // The replay ends the group when it is done; a signal shuts it down gracefully first.
+        let replay = ServiceGroupConfiguration.ServiceConfiguration(service: replayer, successTerminationBehavior: .gracefullyShutdownGroup)
+        let services = ServiceGroup(configuration: .init(
+            services: (ops.map { [.init(service: $0)] } ?? []) + [replay], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let interrupt = SecondSignalExit(logger: logger, firstSignalMeans: "finishing in-flight requests and saving the checkpoint")
+        defer { withExtendedLifetime(interrupt) {} }
+        let outcome: Result<Void, any Error>
+        do {
+            try await services.run()
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
         await sender?.client.shutdown()
         let (summary, plan): (ReplaySummary, Replayer.Plan)
         do {
-            (summary, plan) = try outcome.get()
+            try outcome.get()
+            guard let result = replayer.result else { throw CancellationError() }
+            (summary, plan) = result
         } catch let mismatch as ReplayCheckpoint.Mismatch {
             throw ValidationError(mismatch.description)
         } catch {
@@ -173,7 +187,7 @@ struct ReplayCommand: AsyncParsableCommand {
         }
         if dryRun { print(Self.describe(plan)) }
         print(summary.table)
-        if let signal = interrupt.received {
+        if summary.interrupted, let signal = interrupt.received {
             logger.warning("Interrupted: \(summary.unfinished) records read and not finished\(checkpoint.map { "; resume with --checkpoint \($0)" } ?? "")")
             throw ExitCode(128 + signal)
         }
@@ -182,25 +196,6 @@ struct ReplayCommand: AsyncParsableCommand {
 
     /// Runs the replay; the first signal (`untilSignal` ends) cancels it, and it then saves its
     /// checkpoint and returns what it did.
-    private static func run(_ replayer: Replayer, untilSignal signal: AsyncStream<Never>)
-        async -> Result<(ReplaySummary, Replayer.Plan), any Error> {
-        await withTaskGroup(of: Result<(ReplaySummary, Replayer.Plan), any Error>?.self) { group in
-            group.addTask {
-                do { return .success(try await replayer.run()) } catch { return .failure(error) }
-            }
-            group.addTask {
-                for await _ in signal {}
-                return nil
-            }
-            while let next = await group.next() {
-                group.cancelAll()  // the replay finished, or a signal came: end the other one
-                if let outcome = next { return outcome }
-            }
-            return .failure(CancellationError())
-        }
-    }
-
-    /// A time flag as a checkpoint records it: relative text as given, an absolute time normalised.
     static func requested(_ text: String, _ milliseconds: Int64) -> String {
         text.hasPrefix("-") ? text : RFC3339.format(milliseconds: milliseconds)
     }
@@ -244,46 +239,5 @@ struct ReplayCommand: AsyncParsableCommand {
             lines.append("  newest fix  \(RFC3339.format(milliseconds: newest))")
         }
         return lines.joined(separator: "\n")
-    }
-}
-
-/// The first SIGINT or SIGTERM interrupts the replay gracefully (in-flight requests
-/// end, the checkpoint is saved); a second one exits at once.
-final class InterruptSignals: @unchecked Sendable {  // dispatch sources are thread-safe and never reassigned
-    /// Immutable after init; only cancelled in deinit.
-    private let sources: [any DispatchSourceSignal]
-    private final class FirstSignal: Sendable {
-        let number = Atomic<Int32>(0)
-    }
-
-    private let first = FirstSignal()
-
-    init(logger: Logger, onFirst: @escaping @Sendable () -> Void) {
-        var sources: [any DispatchSourceSignal] = []
-        let first = self.first
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler {
-                if first.number.compareExchange(expected: 0, desired: signalNumber, ordering: .relaxed).exchanged {
-                    logger.warning("Signal \(signalNumber): finishing in-flight requests and saving the checkpoint (again to exit at once)")
-                    onFirst()
-                } else {
-                    exit(128 + signalNumber)
-                }
-            }
-            source.resume()
-            sources.append(source)
-        }
-        self.sources = sources
-    }
-
-    var received: Int32? {
-        let value = first.number.load(ordering: .relaxed)
-        return value == 0 ? nil : value
-    }
-
-    deinit {
-        sources.forEach { $0.cancel() }
     }
 }

@@ -177,7 +177,7 @@ extension IntegrationTests {
         let replayer = Replayer(configuration: configuration, kafka: harness.kafka,
                                 sender: ReplaySender(client: client, tokens: TokenCache(signer: LocalKeySigner(key: harness.key))),
                                 progress: ReplayProgress(style: .silent, logger: harness.logger), logger: harness.logger)
-        return try await replayer.run().summary
+        return try await replayer.replay().summary
     }
 
     @Test func replaysRecordsOfABuiltInFormat() async throws {
@@ -243,14 +243,14 @@ extension IntegrationTests {
             $0.partitions = [1, 3]
             $0.dryRun = true
         }, kafka: harness.kafka, sender: nil, progress: ReplayProgress(style: .silent, logger: harness.logger), logger: harness.logger)
-        let (dryRun, plan) = try await replayer.run()
+        let (dryRun, plan) = try await replayer.replay()
         #expect(plan.windows.map(\.partition) == [1, 3])
         #expect(dryRun.recordsRead == Int(ends[1]! + ends[3]!))
         #expect(harness.emulator.statistics.updateRequests == 40)
         let missing = Replayer(configuration: Self.configuration(harness, from: start, to: nil) { $0.partitions = [9] },
                                kafka: harness.kafka, sender: nil, progress: ReplayProgress(style: .silent, logger: harness.logger),
                                logger: harness.logger)
-        await #expect(throws: ReplayError.self) { try await missing.run() }
+        await #expect(throws: ReplayError.self) { try await missing.replay() }
     }
 
     @Test func neverMovesALiveVehicleBackAndLeavesTheLiveGroupsOffsetsAlone() async throws {
