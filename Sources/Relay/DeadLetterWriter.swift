@@ -5,83 +5,56 @@ import Synchronization
 /// Writes rejected records to the dead-letter topic, value and key unchanged,
 /// with the fleet-relay-error, -detail and -source headers. A record counts as
 /// finished only once the broker acknowledged its dead letter. Each letter gets one
-/// attempt here (librdkafka retries within it); a failed one is handed back, and the
-/// pipeline's state orders it again after its backoff, so that no task sleeps for a
-/// retry. A permanent refusal (topic missing, not authorized, record too large) is
-/// logged once with its reason and turns readiness off naming the topic, until a
-/// write succeeds.
+/// attempt here (librdkafka retries within it); a failed one goes back to the pipeline's
+/// state, which orders it again after its backoff, so that no task sleeps for a retry. A
+/// permanent refusal (topic missing, not authorized, record too large) is logged once with its
+/// reason and turns readiness off naming the topic, until a write succeeds.
 ///
-/// Letters are sent in the order submitted, at most `maximumInFlight` at once: the rest wait in
-/// the queue, uncommitted, and the pipeline's bound on unfinished records pauses fetching.
-///
-/// Threading: `submit` may be called from any task; `run` drives the writes and owns the producer's run.
+/// The writer owns the producer: `run` builds it, lends the letter writers a way to write,
+/// and flushes and stops it when they end. The writers pull their letters from the pipeline's
+/// state, as request workers pull requests, at most `maximumInFlight` of them.
 public final class DeadLetterWriter: Sendable {
     /// Enough to keep a broker's produce pipeline full; librdkafka batches them.
     public static let maximumInFlight = 32
 
     public let topic: String
-    private let producer: KafkaProducer
+    private let producerConfiguration: KafkaConfiguration
     private let logLimiter: LogLimiter
     private let health: RelayHealth
     private let logger: Logger
-    private let letters: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>
-    private let submissions: AsyncStream<(DeadLetterOrder, @Sendable (Bool) -> Void)>.Continuation
-    private let submitted = Atomic(0)
     private let started = Atomic(0)
     private let ended = Atomic(0)
 
-    /// Letters being written now; at most `maximumInFlight`.
+    /// Letters being written now.
     public var lettersInFlight: Int { started.load(ordering: .relaxed) - ended.load(ordering: .relaxed) }
     /// Writes started so far, each attempt of a letter counted.
     public var writesStarted: Int { started.load(ordering: .relaxed) }
-    /// Letters submitted and not yet started.
-    public var lettersQueued: Int { submitted.load(ordering: .relaxed) - started.load(ordering: .relaxed) }
 
-    public init(topic: String, producer: KafkaProducer, logLimiter: LogLimiter, health: RelayHealth, logger: Logger) {
+    public init(topic: String, producerConfiguration: KafkaConfiguration, logLimiter: LogLimiter, health: RelayHealth,
+                logger: Logger) {
         self.topic = topic
+        self.producerConfiguration = producerConfiguration
         self.health = health
-        self.producer = producer
         self.logLimiter = logLimiter
         self.logger = logger
-        (letters, submissions) = AsyncStream.makeStream()
     }
 
-    /// Queues a letter; `ended` runs after its attempt: true once the broker has it, false when
-    /// the write failed (then it is the caller's to submit again) or was cancelled by shutdown.
-    public func submit(_ order: DeadLetterOrder, ended: @escaping @Sendable (Bool) -> Void) {
-        submitted.add(1, ordering: .relaxed)
-        submissions.yield((order, ended))
-    }
+    /// One attempt at a letter: true once the broker has it, false when the write failed (or
+    /// was cancelled by shutdown).
+    public typealias Write = @Sendable (DeadLetterOrder) async -> Bool
 
-    /// No more letters will be submitted; `run` returns once the queued ones had their attempt.
-    public func finishSubmissions() {
-        submissions.finish()
-    }
-
-    /// Runs the producer and writes letters until submissions finished and every letter had its
-    /// attempt (or was cancelled); then flushes and stops the producer.
-    public func run() async {
+    /// Builds the producer and runs `writers` with `Write`; once they returned, flushes and
+    /// stops the producer. Throws when the producer cannot be built.
+    public func run(_ writers: (_ write: @escaping Write) async -> Void) async throws(KafkaError) {
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
         try? await producer.whileRunning(flushTimeout: .seconds(10)) {
-            await withTaskGroup(of: Void.self) { group in
-                var inFlight = 0
-                for await (letter, ended) in letters {
-                    if inFlight == Self.maximumInFlight {
-                        await group.next()
-                        inFlight -= 1
-                    }
-                    inFlight += 1
-                    started.add(1, ordering: .relaxed)
-                    group.addTask {
-                        let written = await self.write(letter)
-                        self.ended.add(1, ordering: .relaxed)
-                        ended(written)
-                    }
-                }
-            }
+            await writers { letter in await self.write(letter, with: producer) }
         }
     }
 
-    private func write(_ letter: DeadLetterOrder) async -> Bool {
+    private func write(_ letter: DeadLetterOrder, with producer: KafkaProducer) async -> Bool {
+        started.add(1, ordering: .relaxed)
+        defer { ended.add(1, ordering: .relaxed) }
         let headers = [
             KafkaHeader(name: "fleet-relay-error", value: letter.reason),
             KafkaHeader(name: "fleet-relay-detail", value: letter.detail),

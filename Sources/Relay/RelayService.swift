@@ -38,7 +38,7 @@ public final class RelayService: Service, Sendable {
     /// `releaseFreedMemory` runs once each time a burst of unfinished records (a cold start, a
     /// backlog) has drained, on the thread that finished it.
     public init(configuration: RelayConfiguration, client: FleetEngineClient, tokens: TokenCache,
-                logger: Logger, releaseFreedMemory: @escaping @Sendable () -> Void = {}) throws(KafkaError) {
+                logger: Logger, releaseFreedMemory: @escaping @Sendable () -> Void = {}) {
         self.configuration = configuration
         self.logger = logger
         self.tokens = tokens
@@ -55,10 +55,9 @@ public final class RelayService: Service, Sendable {
         // anything the consumer can hand over (the broker's topic limit still applies).
         let producerProperties = configuration.kafka.properties.merging(
             ["message.timeout.ms": "30000", "message.max.bytes": String(Self.deadLetterMaximumBytes)]) { user, _ in user }
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(producerProperties), logger: logger)
-        let deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic, producer: producer,
-                                           logLimiter: logLimiter,
-                                           health: health, logger: logger)
+        let deadLetters = DeadLetterWriter(topic: configuration.deadLetterTopic,
+                                           producerConfiguration: KafkaConfiguration(producerProperties),
+                                           logLimiter: logLimiter, health: health, logger: logger)
         let forwarder = UpdateForwarder(client: client, tokens: tokens, statistics: statistics, health: health,
                                         logLimiter: logLimiter, logger: logger)
         let driver = PipelineDriver(limits: limits, forwarder: forwarder, deadLetters: deadLetters, statistics: statistics,

@@ -178,7 +178,7 @@ public final class Replayer: Service, Sendable {
         if configuration.force {
             logger.warning("--force: sending without reading live locations; vehicles updated since the window will move back in time")
         }
-        let driver = try makeDriver(sender: sender)
+        let driver = makeDriver(sender: sender)
         driver.assign(feed.partitions, generation: WindowFeed.generation)
         let saver = CheckpointSaver(checkpoint: checkpoint, save: saveCheckpoint, logger: logger)
         let run = PipelineRun(driver: driver, decoding: decoding, tokens: sender.tokens, health: health,
@@ -194,7 +194,7 @@ public final class Replayer: Service, Sendable {
         return ending
     }
 
-    private func makeDriver(sender: ReplaySender) throws -> PipelineDriver {
+    private func makeDriver(sender: ReplaySender) -> PipelineDriver {
         var limits = PipelineLimits(pastLocations: configuration.pastLimit,
                                     maximumPendingRecords: configuration.maximumPendingRecords,
                                     retryPolicy: configuration.retryPolicy, retryDeadline: configuration.retryDeadline)
@@ -202,20 +202,20 @@ public final class Replayer: Service, Sendable {
         limits.readsLiveLocationBeforeEveryRequest = true
         limits.concurrency = ConcurrencyLimit.Settings(maximum: configuration.maximumInFlight)
         limits.maximumRequestsPerSecond = configuration.rate
+        limits.writesDeadLetters = configuration.deadLetterTopic != nil
         let logLimiter = LogLimiter()
         let forwarder = UpdateForwarder(
             client: sender.client, tokens: sender.tokens, statistics: statistics, health: health,
             logLimiter: logLimiter, logger: logger)
         return PipelineDriver(
-            limits: limits, forwarder: forwarder, deadLetters: try deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
+            limits: limits, forwarder: forwarder, deadLetters: deadLetterWriter(logLimiter: logLimiter), statistics: statistics,
             health: health, logLimiter: logLimiter, logger: logger, maximumInFlight: configuration.maximumInFlight,
             readsLiveLocation: !configuration.force)
     }
 
-    private func deadLetterWriter(logLimiter: LogLimiter) throws -> DeadLetterWriter? {
+    private func deadLetterWriter(logLimiter: LogLimiter) -> DeadLetterWriter? {
         guard let topic = configuration.deadLetterTopic else { return nil }
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        return DeadLetterWriter(topic: topic, producer: producer, logLimiter: logLimiter, health: health, logger: logger)
+        return DeadLetterWriter(topic: topic, producerConfiguration: kafka, logLimiter: logLimiter, health: health, logger: logger)
     }
 
     /// The fixes' fates, from the pipeline's counts.

@@ -82,7 +82,7 @@ struct DemoCommand: AsyncParsableCommand {
 
         let egress = try Egress.load(caFiles: tls.map { [$0.caFile] } ?? [], httpVersion: httpVersion)
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId, egress: egress))
-        let relay = try RelayService(
+        let relay = RelayService(
             configuration: RelayConfiguration(kafka: kafka, topic: topic, group: "fleet-relay-demo",
                                               inputMapping: format == .native ? nil : BuiltInFormat(rawValue: format.rawValue)?.mapping),
             client: client, tokens: TokenCache(signer: LocalKeySigner(key: key)), logger: logger,

@@ -66,14 +66,8 @@ struct RunCommand: AsyncParsableCommand {
         relayConfiguration.inputMapping = inputMapping
         relayConfiguration.schemaSource = try input.schemaSource(egress: egress)
         let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
-        let relay: RelayService
-        do {
-            relay = try RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger,
-                                     releaseFreedMemory: MallocTuning.releaseFreedMemory)
-        } catch {
-            await client.shutdown()
-            throw StartupError(error.message)
-        }
+        let relay = RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger,
+                                 releaseFreedMemory: MallocTuning.releaseFreedMemory)
         logger.info("fleet-relay \(FleetRelayVersion.current) starting", metadata: [
             "brokers": "\(kafka.brokers)", "topic": "\(topic)", "group": "\(group)",
             "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)", "input": "\(input.name)",

@@ -16,8 +16,8 @@ import Testing
     @Test func lettersHoldTheWorkersUntilTheLastOneEnded() {
         var letters = LetterQueue()
         #expect(letters.isSettled)
-        letters.ordered()
-        letters.ordered()
+        letters.order(order(1))
+        letters.order(order(2))
         #expect(!letters.isSettled)
         let first = letters.ended()
         #expect(!first, "one is still outstanding")
@@ -30,8 +30,10 @@ import Testing
     /// letters come due in the order of their due times; a failed letter stays outstanding.
     @Test func failedLettersComeDueInTheOrderOfTheirBackoff() {
         var letters = LetterQueue()
-        letters.ordered()
-        letters.ordered()
+        letters.order(order(1))
+        letters.order(order(2))
+        #expect(letters.takeReady()?.source.offset == 1)
+        #expect(letters.takeReady()?.source.offset == 2)
         #expect(letters.failed(order(1), backoff: .seconds(2), now: start) == start + .seconds(2))
         #expect(letters.failed(order(2), backoff: .seconds(1), now: start) == start + .seconds(1))
         #expect(letters.nextDue == start + .seconds(1))
@@ -41,16 +43,32 @@ import Testing
         #expect(due.allSatisfy { $0.failedWrites == 1 })
         #expect(letters.nextDue == nil)
         #expect(!letters.isSettled, "a letter ordered again is still outstanding")
+        for letter in due { letters.orderAgain(letter) }
+        #expect(letters.takeReady()?.source.offset == 2, "ready again in the order they came due")
+    }
+
+    /// Letters wait for a writer in the order they were ordered.
+    @Test func writersTakeLettersInTheOrderTheyWereOrdered() {
+        var letters = LetterQueue()
+        for offset in Int64(0)..<5 { letters.order(order(offset)) }
+        #expect(letters.readyCount == 5)
+        var taken: [Int64] = []
+        while let letter = letters.takeReady() { taken.append(letter.source.offset) }
+        #expect(taken == [0, 1, 2, 3, 4])
+        #expect(!letters.isSettled, "taken is not written")
     }
 
     /// Shutdown out of time: nothing failed comes due again, and nothing outstanding holds the workers.
     @Test func givingUpSettlesEveryLetter() {
         var letters = LetterQueue()
-        letters.ordered()
-        letters.ordered()
+        letters.order(order(1))
+        letters.order(order(2))
+        letters.order(order(3))
+        _ = letters.takeReady()
         _ = letters.failed(order(1), backoff: .seconds(1), now: start)
         letters.giveUp()
         #expect(letters.isSettled)
+        #expect(letters.takeReady() == nil, "letters waiting for a writer are given up too")
         #expect(letters.takeDue(now: start + .seconds(5)).isEmpty)
         #expect(letters.failed(order(2), backoff: .seconds(1), now: start) == nil, "a letter failing after the give-up is dropped")
     }

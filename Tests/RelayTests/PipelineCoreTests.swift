@@ -445,11 +445,12 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
 
 /// The dead-letter writer against a topic that refuses records, then takes them again.
 @Suite struct DeadLetterWriterTests {
-    /// 200 letters for a refusing topic: 32 are written at once, the rest wait in the queue,
-    /// and each failed write is handed back instead of waiting for its retry in its slot (the
-    /// pipeline's state orders it again; here the test does). Once the topic takes records
-    /// again every letter arrives, once.
-    @Test func aRefusingTopicHoldsABoundedNumberOfWritesAndEveryLetterArrivesAfterwards() async throws {
+    /// 200 letters for a refusing topic, pulled by as many writers as the pipeline runs: each
+    /// write is one attempt that fails and returns, instead of waiting for its retry while
+    /// holding its writer (the pipeline's state orders it again; here the writers put it back).
+    /// Once the topic takes records again every letter arrives, once, and the writer's run
+    /// returns only after its producer delivered them.
+    @Test func aRefusingTopicFailsEachAttemptAndEveryLetterArrivesAfterwards() async throws {
         let harness = try await RelayHarness(partitions: 1)
         let topic = harness.topic + ".refusing-dlq"
         try harness.cluster.createTopic(topic, partitions: 1)
@@ -457,43 +458,57 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
         var configuration = harness.kafka
         configuration["topic.metadata.propagation.max.ms"] = "1000"
         configuration["message.timeout.ms"] = "1000"
-        let producer = try KafkaProducer(configuration: configuration, logger: harness.logger)
-        let writer = DeadLetterWriter(topic: topic, producer: producer, logLimiter: LogLimiter(), health: RelayHealth(),
-                                      logger: harness.logger)
-        let written = Mutex([Int64]())
-        let failedWrites = Mutex(0)
-        let running = Task { await writer.run() }
-        @Sendable func submit(_ order: DeadLetterOrder) {
-            writer.submit(order) { ok in
-                if ok {
-                    written.withLock { $0.append(order.source.offset) }
-                } else {
-                    failedWrites.withLock { $0 += 1 }
-                    submit(order)
+        let writer = DeadLetterWriter(topic: topic, producerConfiguration: configuration, logLimiter: LogLimiter(),
+                                      health: RelayHealth(), logger: harness.logger)
+        let pile = LetterPile((0..<200).map { offset -> DeadLetterOrder in
+            let record = KafkaRecord(topic: harness.topic, partition: 0, offset: Int64(offset), key: nil, value: Array("letter \(offset)".utf8))
+            return DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)")
+        })
+        let running = Task {
+            try await writer.run { write in
+                await withDiscardingTaskGroup { writers in
+                    for _ in 0..<DeadLetterWriter.maximumInFlight {
+                        writers.addTask {
+                            while let letter = pile.queue.withLock({ $0.popLast() }) {
+                                if await write(letter) {
+                                    pile.written.withLock { $0.append(letter.source.offset) }
+                                } else {
+                                    pile.failedWrites.withLock { $0 += 1 }
+                                    pile.queue.withLock { $0.insert(letter, at: 0) }
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
-        for offset in Int64(0)..<200 {
-            let record = KafkaRecord(topic: harness.topic, partition: 0, offset: offset, key: nil, value: Array("letter \(offset)".utf8))
-            submit(DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)"))
+        try await eventually("every writer has a write under way") {
+            writer.lettersInFlight == DeadLetterWriter.maximumInFlight
         }
-        try await eventually("the writes in flight reach their bound, the rest queue") {
-            writer.lettersInFlight == DeadLetterWriter.maximumInFlight && writer.lettersQueued == 200 - DeadLetterWriter.maximumInFlight
+        try await eventually("failed attempts return, freeing their writers") {
+            pile.failedWrites.withLock { $0 } >= 2 * DeadLetterWriter.maximumInFlight
         }
-        try await eventually("failed writes are handed back, freeing their slots") {
-            failedWrites.withLock { $0 } >= 2 * DeadLetterWriter.maximumInFlight
-        }
-        #expect(written.withLock { $0.isEmpty })
+        #expect(pile.written.withLock { $0.isEmpty })
         #expect(writer.lettersInFlight <= DeadLetterWriter.maximumInFlight)
 
         harness.cluster.setTopicError(topic, error: 0)
-        try await eventually("every letter is written", timeout: .seconds(120)) { written.withLock { $0.count } == 200 }
-        writer.finishSubmissions()
-        await running.value
+        try await eventually("every letter is written", timeout: .seconds(120)) { pile.written.withLock { $0.count } == 200 }
+        try await running.value
         let letters = try await harness.read(topic: topic, count: 200)
         let details = letters.compactMap { $0.header("fleet-relay-detail").flatMap { Int64($0) } }
         #expect(Set(details) == Set(0..<200), "each letter once")
-        #expect(writer.lettersInFlight == 0 && writer.lettersQueued == 0)
+        #expect(writer.lettersInFlight == 0)
         await harness.shutdown()
+    }
+}
+
+/// Letters to write, shared by the writers of `DeadLetterWriterTests`.
+private final class LetterPile: Sendable {
+    let queue: Mutex<[DeadLetterOrder]>
+    let written = Mutex([Int64]())
+    let failedWrites = Mutex(0)
+
+    init(_ letters: [DeadLetterOrder]) {
+        queue = Mutex(letters)
     }
 }

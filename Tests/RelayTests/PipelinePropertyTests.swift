@@ -209,7 +209,12 @@ final class PipelineModel {
                                             retryPolicy: RetryPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(2))),
                               now: start)
         assign((0..<Int32(Self.partitionCount)).map { $0 })
+        // One letter writer, which asks again as soon as it took a letter: every letter the
+        // state has ready reaches the model in the event that readied it.
+        observe(state.requestLetter(Self.letterWriter, now: now))
     }
+
+    private static let letterWriter = -1
 
     private func partition(_ number: Int32) -> TopicPartition { TopicPartition(topic: "t", partition: number) }
 
@@ -393,7 +398,15 @@ final class PipelineModel {
             guard let request else { continue }
             handOut(request)
         }
-        for order in actions.deadLetters {
+        var lettersTaken: [DeadLetterOrder] = []
+        for (writer, letter) in actions.resumeLetters {
+            guard writer == Self.letterWriter, let letter else {
+                violations.append("the letter writer was released while letters may still come")
+                continue
+            }
+            lettersTaken.append(letter)
+        }
+        for order in lettersTaken {
             let recordKey = key(order.source)
             if order.failedWrites > 0 {
                 guard let index = lettersFailed.firstIndex(where: { key($0.source) == recordKey }) else {
@@ -404,7 +417,7 @@ final class PipelineModel {
             }
             if finished.contains(recordKey) { violations.append("\(recordKey)'s dead letter is ordered after it finished") }
         }
-        deadLetters += actions.deadLetters
+        deadLetters += lettersTaken
         if let change = actions.pause { announcedWish = change.wish }
         if let order = actions.commit {
             for offset in order.offsets {
@@ -417,6 +430,7 @@ final class PipelineModel {
             commitsUnderWay.append(order)
         }
         // A bad record's dead letter is ordered as it is consumed.
+        if !lettersTaken.isEmpty { observe(state.requestLetter(Self.letterWriter, now: now)) }
     }
 
     private func handOut(_ request: CoalescedRequest) {

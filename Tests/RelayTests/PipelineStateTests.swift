@@ -729,10 +729,16 @@ private final class Core {
     var commits: [CommitOrder] = []
     var commitFailures: [String] = []
 
+    /// Letter writers released: no letter will come any more.
+    var letterWritersReleased = 0
+
     init(limits: PipelineState<Int>.Limits = .init(), partitions: [Int32] = [0]) {
         now = start
         state = PipelineState(limits: limits, now: start)
         observe(state.assign(partitions.map(partition), generation: 1))
+        // Letter writers, numbered apart from the request workers; each asks again as soon as it
+        // took a letter, so every letter ordered reaches `deadLetters` at once.
+        for writer in 1_000_000..<1_000_004 { observe(state.requestLetter(writer, now: now)) }
     }
 
     func partition(_ number: Int32) -> TopicPartition { TopicPartition(topic: "t", partition: number) }
@@ -755,8 +761,15 @@ private final class Core {
 
     func observe(_ actions: PipelineActions<Int>) {
         for (worker, request) in actions.resume { resumed[worker] = request }
-        deadLetters += actions.deadLetters
-        badWritten += actions.deadLetters.filter { $0.reason == "not_json" }.count
+        for (writer, letter) in actions.resumeLetters {
+            guard let letter else {
+                letterWritersReleased += 1
+                continue
+            }
+            deadLetters.append(letter)
+            if letter.reason == "not_json" { badWritten += 1 }
+            observe(state.requestLetter(writer, now: now))
+        }
         if let change = actions.pause { pauseWish = change.wish }
         stale += actions.staleFixes
         if let outage = actions.outage { outages.append(outage) }

@@ -136,7 +136,7 @@ final class RelayHarness: Sendable {
         let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId,
                                                             requestTimeout: requestTimeout, egress: try egress ?? self.egress()))
         let logger = logger ?? self.logger
-        let relay = try RelayService(configuration: configuration, client: client,
+        let relay = RelayService(configuration: configuration, client: client,
                                      tokens: tokens ?? TokenCache(signer: signer ?? LocalKeySigner(key: signingKey ?? key)),
                                      logger: logger)
         let serviceGroup = ServiceGroup(services: [relay], logger: logger)

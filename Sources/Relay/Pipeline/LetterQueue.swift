@@ -1,9 +1,11 @@
+import DequeModule
 import HeapModule
 
-/// The dead letters the pipeline has ordered and not yet seen end: how many are outstanding
-/// (the workers are released only once none is), and those whose write failed, each due again
-/// at the end of its backoff. It knows nothing of partitions: whoever owns them decides, when a
-/// letter comes due, whether it is still to be written.
+/// The dead letters the pipeline has ordered and not yet seen end: those ready for a letter
+/// writer to take, in the order they were ordered; those whose write failed, each due again at
+/// the end of its backoff; and how many are outstanding in all (the workers are released only
+/// once none is). It knows nothing of partitions: whoever owns them decides, when a letter
+/// comes due, whether it is still to be written.
 struct LetterQueue {
     private struct DueLetter: Comparable {
         let due: ContinuousClock.Instant
@@ -15,6 +17,8 @@ struct LetterQueue {
     }
 
     private var due = Heap<DueLetter>()
+    /// Letters waiting for a writer.
+    private var ready = Deque<DeadLetterOrder>()
     private var failures: UInt64 = 0
     /// Letters ordered and neither written nor dropped.
     private(set) var outstanding = 0
@@ -27,9 +31,23 @@ struct LetterQueue {
     /// When the next failed letter is due again.
     var nextDue: ContinuousClock.Instant? { due.min?.due }
 
-    /// A letter was ordered.
-    mutating func ordered() {
+    /// Letters waiting for a writer to take them.
+    var readyCount: Int { ready.count }
+
+    /// A letter was ordered: it waits for a writer.
+    mutating func order(_ letter: DeadLetterOrder) {
         outstanding += 1
+        ready.append(letter)
+    }
+
+    /// A letter that came due again (still outstanding) waits for a writer.
+    mutating func orderAgain(_ letter: DeadLetterOrder) {
+        ready.append(letter)
+    }
+
+    /// The next letter for a writer, oldest first.
+    mutating func takeReady() -> DeadLetterOrder? {
+        ready.popFirst()
     }
 
     /// A letter was written or dropped; true when it was the last one outstanding.
@@ -60,9 +78,10 @@ struct LetterQueue {
         return orders
     }
 
-    /// Shutdown ran out of time: no letter is ordered again, and none holds the workers.
+    /// Shutdown ran out of time: no letter is written any more, and none holds the workers.
     mutating func giveUp() {
         givenUp = true
         due = Heap()
+        ready = []
     }
 }

@@ -6,7 +6,9 @@ import Kafka
 /// event released, rings the timer and wakes a waiting revoke; the rest of the actions
 /// (dead letters, pause changes, counts) go back to the caller.
 final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
-    typealias Worker = CheckedContinuation<CoalescedRequest?, Never>
+    /// A request worker or a letter writer, waiting for its next piece of work.
+    typealias Worker = CheckedContinuation<PipelineWork?, Never>
+
     typealias Actions = PipelineActions<Worker>
 
     /// A condition as the lock, so that a revoke on the poll thread can wait for work to end.
@@ -80,15 +82,27 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         if let change = actions.pause { applyPauseWish?(change.wish, change.sequence) }
         if actions.workFinished { lock.broadcast() }
         if actions.wakeTimer { alarm.ring() }
-        for (worker, request) in actions.resume { worker.resume(returning: request) }
+        for (worker, request) in actions.resume { worker.resume(returning: request.map(PipelineWork.request)) }
+        for (writer, letter) in actions.resumeLetters { writer.resume(returning: letter.map(PipelineWork.letter)) }
         return actions
     }
 
     /// Suspends until a request is ready for this worker; nil when no more will come.
     func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
-        await withCheckedContinuation { worker in
+        let work = await withCheckedContinuation { worker in
             apply(handle { $0.requestWork(worker, now: .now) })
         }
+        guard case .request(let request)? = work else { return nil }
+        return request
+    }
+
+    /// Suspends until a letter is ready for this writer; nil when no more will come.
+    func nextLetter(whenReady apply: (Actions) -> Void) async -> DeadLetterOrder? {
+        let work = await withCheckedContinuation { writer in
+            apply(handle { $0.requestLetter(writer, now: .now) })
+        }
+        guard case .letter(let letter)? = work else { return nil }
+        return letter
     }
 
     /// Blocks the calling thread (the poll thread, in a revoke) until no work on the

@@ -8,7 +8,7 @@ import Metrics
 /// orders. Whoever feeds it records (a consumer group member, a replay's window reader) hands
 /// them to `consume` and connects the pauses and commits the state machine orders.
 public final class PipelineDriver: Sendable {
-    public typealias Actions = PipelineActions<CheckedContinuation<CoalescedRequest?, Never>>
+    public typealias Actions = PipelineActions<CheckedContinuation<PipelineWork?, Never>>
 
     let pipeline: Pipeline
     let forwarder: UpdateForwarder
@@ -103,7 +103,7 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Reads the state, for figures and progress.
-    public func read<Value>(_ body: (PipelineState<CheckedContinuation<CoalescedRequest?, Never>>) -> Value) -> Value {
+    public func read<Value>(_ body: (PipelineState<CheckedContinuation<PipelineWork?, Never>>) -> Value) -> Value {
         pipeline.read(body)
     }
 
@@ -147,7 +147,8 @@ public final class PipelineDriver: Sendable {
         if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
         if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
         if actions.skippedRecords > 0 { statistics.recordFinished(.skipped, count: actions.skippedRecords) }
-        for order in actions.deadLetters { deadLetter(order) }
+        for letter in actions.lettersNotWritten { keepUnwritten(letter) }
+        if actions.refusedRecords > 0 { statistics.refused.add(actions.refusedRecords, ordering: .relaxed) }
         if let change = actions.pause { logPause(change) }
         if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
         if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
@@ -182,23 +183,10 @@ public final class PipelineDriver: Sendable {
         if !change.resuming.isEmpty { logger.info("Resuming \(change.resuming.map(\.description).joined(separator: ", "))") }
     }
 
-    /// Hands a letter to the writer, which makes one attempt: a failed one goes back to the
-    /// state, which orders it again after its backoff.
-    private func deadLetter(_ order: DeadLetterOrder) {
-        guard let deadLetters else {
-            statistics.recordFailed()
-            logLimiter.warning("failed", to: logger, "Not sent, kept for a resumed run: \(order.source.description) (\(order.reason)): \(order.detail)")
-            carryOut(pipeline.handle { $0.deadLetterWithoutTopic(now: .now) })
-            return
-        }
-        deadLetters.submit(order) { [self] written in
-            if written {
-                statistics.recordDeadLetter(reason: order.reason)
-                carryOut(pipeline.handle { $0.deadLetterWritten(order.source, now: .now) })
-            } else {
-                carryOut(pipeline.handle { $0.deadLetterFailed(order, now: .now) })
-            }
-        }
+    /// No dead-letter topic takes the letter: its record stays unfinished, for a resumed run.
+    private func keepUnwritten(_ letter: DeadLetterOrder) {
+        statistics.recordFailed()
+        logLimiter.warning("failed", to: logger, "Not sent, kept for a resumed run: \(letter.source.description) (\(letter.reason)): \(letter.detail)")
     }
 
     // MARK: Running
@@ -221,17 +209,41 @@ public final class PipelineDriver: Sendable {
 
     private func processUntilDone() async {
         await withDiscardingTaskGroup { group in
-            if let deadLetters { group.addTask { await deadLetters.run() } }
-            group.addTask {
-                await withDiscardingTaskGroup { workers in
-                    // Each worker runs on one event loop and sends on that loop's connections:
-                    // a request is written and its answer resumes the worker on the same thread.
-                    let executors = self.forwarder.client.connectionExecutors
-                    for index in 0..<self.maximumInFlight {
-                        workers.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
+            if let deadLetters { group.addTask { await self.writeLetters(through: deadLetters) } }
+            // Each worker runs on one event loop and sends on that loop's connections: a request
+            // is written and its answer resumes the worker on the same thread.
+            let executors = forwarder.client.connectionExecutors
+            for index in 0..<maximumInFlight {
+                group.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
+            }
+        }
+    }
+
+    /// The letter writers: each takes the pipeline's next letter, makes one attempt at it and
+    /// reports the outcome, until no more letters will come. A producer that cannot be built
+    /// leaves every letter unwritten: readiness names the topic, and the records stay uncommitted.
+    private func writeLetters(through writer: DeadLetterWriter) async {
+        do {
+            try await writer.run { write in
+                await withDiscardingTaskGroup { writers in
+                    for _ in 0..<DeadLetterWriter.maximumInFlight {
+                        writers.addTask { await self.writeLetters(with: write) }
                     }
                 }
-                self.deadLetters?.finishSubmissions()
+            }
+        } catch {
+            _ = health.recordDeadLetterFailure(topic: writer.topic, reason: error.codeName ?? "producer_failed", permanent: true)
+            logger.error("Dead-letter topic \(writer.topic) cannot be written: \(error); records to dead-letter stay uncommitted")
+        }
+    }
+
+    private func writeLetters(with write: DeadLetterWriter.Write) async {
+        while let letter = await pipeline.nextLetter(whenReady: carryOut) {
+            if await write(letter) {
+                statistics.recordDeadLetter(reason: letter.reason)
+                carryOut(pipeline.handle { $0.deadLetterWritten(letter.source, now: .now) })
+            } else {
+                carryOut(pipeline.handle { $0.deadLetterFailed(letter, now: .now) })
             }
         }
     }
@@ -248,11 +260,11 @@ public final class PipelineDriver: Sendable {
             statistics.requestEnded()
             let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
             carryOut(actions)
-            count(request, delivery, gaveUp: actions.deadLetters)
+            count(request, delivery, retriesExhausted: actions.retriesExhausted)
         }
     }
 
-    private func count(_ request: CoalescedRequest, _ delivery: Delivery, gaveUp: [DeadLetterOrder]) {
+    private func count(_ request: CoalescedRequest, _ delivery: Delivery, retriesExhausted: String?) {
         switch delivery.outcome {
         case .accepted:
             statistics.recordFinished(.accepted)
@@ -263,13 +275,11 @@ public final class PipelineDriver: Sendable {
         case .stale:
             statistics.recordFinished(.stale, count: request.sources.count)
         case .rejected(let reason, let detail):
-            statistics.refused.add(request.sources.count, ordering: .relaxed)
             logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
         case .retry(let failure):
             if failure.isThrottle { throttledAnswers.increment() }
-            if let order = gaveUp.first(where: { $0.reason == UpdateForwarder.retryDeadlineExceeded }) {
-                statistics.refused.add(gaveUp.count, ordering: .relaxed)
-                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(order.reason)): \(order.detail)")
+            if let retriesExhausted {
+                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(UpdateForwarder.retryDeadlineExceeded)): \(retriesExhausted)")
             }
         case .abandoned:
             break

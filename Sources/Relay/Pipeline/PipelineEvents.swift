@@ -69,11 +69,24 @@ public enum FleetEngineOutageChange: Sendable, Equatable {
     case ended(lasted: Duration)
 }
 
+/// What a waiting request worker or letter writer is resumed with.
+public enum PipelineWork: Sendable {
+    case request(CoalescedRequest)
+    case letter(DeadLetterOrder)
+}
+
 /// What the owner of the state must do after an event, outside the lock.
 public struct PipelineActions<Waiter> {
     /// Workers to resume with their next request (nil: no more work, stop).
     public var resume: [(waiter: Waiter, request: CoalescedRequest?)] = []
-    public var deadLetters: [DeadLetterOrder] = []
+    /// Letter writers to resume with their next letter (nil: no more letters, stop).
+    public var resumeLetters: [(writer: Waiter, letter: DeadLetterOrder?)] = []
+    /// Letters ordered without a dead-letter topic to take them: their records stay unfinished.
+    public var lettersNotWritten: [DeadLetterOrder] = []
+    /// Records of a request Fleet Engine refused for good, or whose retries ran out.
+    public var refusedRecords = 0
+    /// Why a vehicle's retries ran out (its records ordered dead-lettered), when they did.
+    public var retriesExhausted: String?
     public var pause: PauseChange?
     /// A deadline earlier than the one the timer sleeps until was set.
     public var wakeTimer = false

@@ -28,6 +28,9 @@ public struct PipelineLimits: Sendable {
     public var concurrency: ConcurrencyLimit.Settings?
     /// Attempts started per second at most; nil: no ceiling.
     public var maximumRequestsPerSecond: Double?
+    /// False: there is no dead-letter topic (a replay's `--no-dead-letter`). Records it would
+    /// take stay unfinished, and so uncommitted, for a resumed run to try again.
+    public var writesDeadLetters = true
 
     /// Unfinished records from which the pipeline counts a burst: a fifth of the bound, at
     /// least 1,000. The warm steady state holds far fewer (the records of a fetch round).

@@ -31,6 +31,8 @@ public struct PipelineState<Waiter> {
     private var letters = LetterQueue()
     private(set) var pacing: Pacing
     private(set) var waiters = Deque<Waiter>()
+    /// Letter writers waiting for a letter.
+    private(set) var letterWriters = Deque<Waiter>()
     /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
     /// epoch reads its live location.
     private var epoch: UInt64 = 0
@@ -187,14 +189,6 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
-    /// A dead letter that cannot be written here at all (no dead-letter topic): its record stays
-    /// unfinished, for a resumed run; the workers no longer wait for it.
-    public mutating func deadLetterWithoutTopic(now: ContinuousClock.Instant) -> Actions {
-        var actions = Actions()
-        letterEnded(now: now, &actions)
-        return finished(actions)
-    }
-
     /// Shutdown ran out of time: every letter still outstanding stays unwritten (its record
     /// uncommitted), none is ordered again, and the workers no longer wait for them.
     public mutating func giveUpDeadLetters(now: ContinuousClock.Instant) -> Actions {
@@ -205,6 +199,13 @@ public struct PipelineState<Waiter> {
     }
 
     // MARK: Workers
+
+    /// A letter writer asks for its next letter: it is resumed through the actions, now or
+    /// later, with nil once no letter will come any more.
+    public mutating func requestLetter(_ writer: Waiter, now: ContinuousClock.Instant) -> Actions {
+        letterWriters.append(writer)
+        return finished(Actions())
+    }
 
     /// A worker asks for its next request: it is resumed through the actions, now or later.
     public mutating func requestWork(_ waiter: Waiter, now: ContinuousClock.Instant) -> Actions {
@@ -237,10 +238,12 @@ public struct PipelineState<Waiter> {
             for source in request.sources { finish(source, now: now, &actions) }
         case .rejected(let reason, let detail):
             for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
+            actions.refusedRecords += request.sources.count
         case .abandoned:
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
         case .retry(let failure):
             retry(request, after: failure, now: now, random: random, &actions)
+            if actions.retriesExhausted != nil { actions.refusedRecords += request.sources.count }
             updateOutage(failure, now: now, &actions)
             endRequest(request, now: now, &actions)
             updateHolding(now: now, &actions)
@@ -275,6 +278,7 @@ public struct PipelineState<Waiter> {
             for source in request.sources {
                 orderDeadLetter(source, reason: UpdateForwarder.retryDeadlineExceeded, detail: detail, &actions)
             }
+            actions.retriesExhausted = detail
             vehicles.gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
         } else if !intakeClosed, vehicles.putBack(request, owns: ledger.owns) {
             let backoff = limits.retryPolicy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds,
@@ -343,10 +347,30 @@ public struct PipelineState<Waiter> {
         if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
     }
 
+    /// A letter writer will take it; without a dead-letter topic it stays unfinished instead.
     private mutating func orderDeadLetter(_ source: RecordSource, reason: String, detail: String, _ actions: inout Actions) {
+        let letter = DeadLetterOrder(source: source, reason: reason, detail: detail)
+        guard limits.writesDeadLetters else {
+            actions.lettersNotWritten.append(letter)
+            return
+        }
         ledger.beginWork(on: [PartitionGeneration(source.topicPartition, source.generation)])
-        letters.ordered()
-        actions.deadLetters.append(DeadLetterOrder(source: source, reason: reason, detail: detail))
+        letters.order(letter)
+    }
+
+    /// Letter writers take the ready letters; once no request and no letter will come any
+    /// more, they are released.
+    private mutating func serveLetterWriters(_ actions: inout Actions) {
+        while !letterWriters.isEmpty {
+            if let letter = letters.takeReady() {
+                actions.resumeLetters.append((letterWriters.removeFirst(), letter))
+            } else if isDrained {
+                actions.resumeLetters += letterWriters.map { ($0, nil) }
+                letterWriters = []
+            } else {
+                return
+            }
+        }
     }
 
     private mutating func letterEnded(now: ContinuousClock.Instant, _ actions: inout Actions) {
@@ -434,7 +458,7 @@ public struct PipelineState<Waiter> {
     private mutating func orderDueLetters(now: ContinuousClock.Instant, _ actions: inout Actions) {
         for order in letters.takeDue(now: now) {
             if owns(order.source) {
-                actions.deadLetters.append(order)
+                letters.orderAgain(order)
             } else {
                 dropLetter(order, now: now, &actions)
             }
@@ -460,6 +484,7 @@ public struct PipelineState<Waiter> {
     /// lingers in the consumer's wish.
     private mutating func finished(_ actions: Actions, wishChanged: Bool = false) -> Actions {
         var actions = actions
+        serveLetterWriters(&actions)
         noteBurst(&actions)
         if vehicles.vehiclesFailing != announcedVehiclesFailing {
             announcedVehiclesFailing = vehicles.vehiclesFailing
