@@ -31,7 +31,7 @@ import Testing
                 $0 = ($0.wishes + 1, sequence, wish, $0.overtaken)
             }
         }
-        pipeline.handle { $0.assign([partition], generation: 1) }
+        pipeline.changePauses { $0.assign([partition], generation: 1) }
         var roundsLeftPaused = 0
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<4 {

@@ -62,29 +62,35 @@ import Testing
     }
 
     /// A partition pauses at its share and resumes at half of it; the shares follow the
-    /// assignment; pausing every partition overrides them; each change of the wish is numbered.
+    /// assignment; pausing every partition overrides them; each change of the wish is numbered,
+    /// and handed out only when a share flipped (or when the caller says it changed).
     @Test func thePauseWishFollowsTheSharesAndIsNumbered() throws {
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 8)
         ledger.assign([p0, p1], generation: 1)
         #expect(ledger.share == 4)
         for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
-        let (atShare, belowShare) = (ledger.updateShare(p0), ledger.updateShare(p1))
-        #expect(atShare == true && belowShare == nil)
-        let announced = ledger.announceWish(always: false)
+        ledger.updateShare(p0)
+        ledger.updateShare(p1)
+        let announced = ledger.pauseChange(always: false, recordsWait: false)
         let first = try #require(announced)
-        #expect(first.wish == [p0])
-        let unchanged = ledger.announceWish(always: false)
-        #expect(unchanged == nil)
+        #expect(first.wish == [p0] && first.pausing == [p0] && first.resuming.isEmpty)
+        let unchanged = ledger.pauseChange(always: false, recordsWait: false)
+        #expect(unchanged == nil, "no share flipped")
         ledger.finish(source(0, 0))
-        let aboveHalf = ledger.updateShare(p0)
+        ledger.updateShare(p0)
+        let aboveHalf = ledger.pauseChange(always: false, recordsWait: false)
         #expect(aboveHalf == nil, "3 of 4: above half")
         ledger.finish(source(0, 1))
-        let atHalf = ledger.updateShare(p0)
-        #expect(atHalf == false)
+        ledger.updateShare(p0)
+        let atHalf = ledger.pauseChange(always: false, recordsWait: false)
+        let resumed = try #require(atHalf)
+        #expect(resumed.wish.isEmpty && resumed.resuming == [p0] && resumed.sequence > first.sequence)
         ledger.pausesEveryPartition = true
-        let announcedEvery = ledger.announceWish(always: false)
-        let every = try #require(announcedEvery)
-        #expect(every.wish == [p0, p1] && every.sequence > first.sequence)
+        let unflipped = ledger.pauseChange(always: false, recordsWait: true)
+        #expect(unflipped == nil, "no share flipped: the caller says when the wish changed")
+        let always = ledger.pauseChange(always: true, recordsWait: true)
+        let every = try #require(always)
+        #expect(every.wish == [p0, p1] && every.sequence > resumed.sequence && every.pausing.isEmpty && every.recordsWait)
     }
 
     /// Work under way learns that its partition's generation ended from the flag it was handed,
@@ -176,6 +182,37 @@ import Testing
         #expect(again.retryAttempts == 1 && again.sources.map(\.offset) == [0])
     }
 
+    /// A transient failure retries after the policy's backoff until the deadline, then gives
+    /// up with how long it tried; at shutdown nothing is kept.
+    @Test func aFailedRequestRetriesUntilItsDeadlineThenGivesUp() throws {
+        var scheduler = VehicleScheduler(pastLocations: 10, minimumInterval: .zero, holdsPartialRequests: false)
+        let policy = RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(8))
+        let failure = TransientFailure(cause: "http_503", detail: "down", retryAfterSeconds: nil)
+        _ = scheduler.enqueue(fix(0, at: 100), now: start)
+        let firstTaken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let first = try #require(firstTaken.request)
+        let retried = scheduler.failed(first, failure, policy: policy, deadline: .seconds(10), keepsFixes: true,
+                                       owns: { _ in true }, now: start, random: { $0.upperBound })
+        #expect(retried == .retrying(due: start + .seconds(1)))
+        _ = scheduler.requestEnded(vehicle, now: start)
+        _ = scheduler.releaseDue(now: start + .seconds(1))
+        let secondTaken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let second = try #require(secondTaken.request)
+        #expect(second.retryAttempts == 1 && second.failingSince == start)
+        let gaveUp = scheduler.failed(second, failure, policy: policy, deadline: .seconds(10), keepsFixes: true,
+                                      owns: { _ in true }, now: start + .seconds(12), random: { $0.upperBound })
+        #expect(gaveUp == .gaveUp(detail: "Gave up after 2 attempts in 12 s; last cause: http_503: down"))
+        #expect(scheduler.vehiclesFailing == 0)
+        _ = scheduler.requestEnded(vehicle, now: start + .seconds(12))
+        _ = scheduler.enqueue(fix(1, at: 200), now: start + .seconds(12))
+        let thirdTaken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
+        let third = try #require(thirdTaken.request)
+        let dropped = scheduler.failed(third, failure, policy: policy, deadline: nil, keepsFixes: false,
+                                       owns: { _ in true }, now: start + .seconds(13), random: { $0.upperBound })
+        #expect(dropped == .dropped)
+        #expect(scheduler.queuedFixes == 0, "nothing kept at shutdown")
+    }
+
     /// Holding waits for a full request (`pastLocations` + 1 fixes) until released.
     @Test func aHoldingVehicleWaitsForAFullRequest() {
         var scheduler = VehicleScheduler(pastLocations: 2, minimumInterval: .zero, holdsPartialRequests: true)
@@ -184,6 +221,24 @@ import Testing
         #expect(!scheduler.hasReadyVehicles)
         _ = scheduler.enqueue(fix(2, at: 300), now: start)
         #expect(scheduler.hasReadyVehicles, "three fixes fill a request")
+    }
+}
+
+/// The timer rings only for a deadline earlier than the one it sleeps until.
+@Suite struct DeadlineTimerTests {
+    @Test func onlyAnEarlierDeadlineWakesASleepingTimer() {
+        let start = ContinuousClock.now
+        var timer = DeadlineTimer()
+        var rings: [Bool] = []
+        rings.append(timer.mustWake(for: start))  // an awake timer reads the next deadline itself
+        _ = timer.sleep(until: start + .seconds(10))
+        rings.append(timer.mustWake(for: start + .seconds(11)))
+        rings.append(timer.mustWake(for: start + .seconds(5)))
+        rings.append(timer.mustWake(for: start + .seconds(7)))  // already woken for an earlier one
+        rings.append(timer.mustWake(for: start + .seconds(3)))
+        timer.woke()
+        rings.append(timer.mustWake(for: start))
+        #expect(rings == [false, false, true, false, true, false])
     }
 }
 

@@ -370,7 +370,7 @@ final class PipelineModel {
                 complete(request, index % 2 == 0 ? forwarded(request) : Delivery(outcome: .abandoned))
             }
         }
-        let (offsets, actions) = state.finishRevoke(revoked)
+        let (offsets, pause) = state.finishRevoke(revoked)
         for offset in offsets {
             checkCommit(offset, what: "the revoke's final commit")
             checkForward(offset.offset, of: number)
@@ -380,13 +380,17 @@ final class PipelineModel {
         heldForRetry = heldForRetry.filter { $0.key.partition != number }
         deadLetters.removeAll { $0.source.topicPartition.partition == number }
         lettersFailed.removeAll { $0.source.topicPartition.partition == number }
-        observe(actions)
+        observe(pause)
     }
 
     private func assign(_ numbers: [Int32]) {
         nextGeneration += 1
         for number in numbers { generations[number] = nextGeneration }
         observe(state.assign(numbers.map(partition), generation: nextGeneration))
+    }
+
+    private func observe(_ change: PauseChange?) {
+        if let change { announcedWish = change.wish }
     }
 
     private func observe(_ actions: PipelineActions<Int>) {

@@ -30,6 +30,8 @@ struct PartitionLedger {
     /// The pause wish last handed out, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var pauseWishes: UInt64 = 0
+    /// Partitions whose share flipped since the last wish was handed out, and which way.
+    private var flips: [TopicPartition: Bool] = [:]
 
     init(commitInterval: Duration, maximumPendingRecords: Int) {
         self.commitInterval = commitInterval
@@ -141,35 +143,38 @@ struct PartitionLedger {
 
     /// Pauses a partition holding its share of unfinished records, and resumes it once half
     /// of that finished. Unfinished records are counted, not the window behind the oldest,
-    /// so a vehicle stuck in retries holds back only its own partition. Returns whether it
-    /// flipped, and which way (true: now at its share).
-    mutating func updateShare(_ partition: TopicPartition) -> Bool? {
-        guard let progress = partitions[partition] else { return nil }
+    /// so a vehicle stuck in retries holds back only its own partition. A flip is noted for
+    /// the next `pauseChange`.
+    mutating func updateShare(_ partition: TopicPartition) {
+        guard let progress = partitions[partition] else { return }
         let unfinished = progress.unfinished.count
         if !progress.paused, unfinished >= share {
             partitions[partition]!.paused = true
-            return true
-        }
-        if progress.paused, unfinished <= share / 2 {
+            flips[partition] = true
+        } else if progress.paused, unfinished <= share / 2 {
             partitions[partition]!.paused = false
-            return false
+            flips[partition] = false
         }
-        return nil
     }
 
     /// Every partition's share checked again (the assignment changed, so the share did).
-    mutating func updateEveryShare() -> [(TopicPartition, Bool)] {
-        partitions.keys.compactMap { partition in updateShare(partition).map { (partition, $0) } }
+    mutating func updateEveryShare() {
+        for partition in partitions.keys { updateShare(partition) }
     }
 
-    /// The wish, numbered, when it differs from the last one handed out (or `always`, after an
-    /// assignment change: a revoked partition's pause must never linger in the consumer's wish).
-    mutating func announceWish(always: Bool) -> (wish: Set<TopicPartition>, sequence: UInt64)? {
+    /// The wish, numbered, when a share flipped and the wish differs from the last one handed
+    /// out, or `always` (after an assignment change, or a change of `pausesEveryPartition`: a
+    /// revoked partition's pause must never linger in the consumer's wish).
+    mutating func pauseChange(always: Bool, recordsWait: Bool) -> PauseChange? {
+        defer { flips = [:] }
         let wish = pauseWish
-        guard always || wish != announcedPauseWish else { return nil }
+        guard always || (!flips.isEmpty && wish != announcedPauseWish) else { return nil }
         announcedPauseWish = wish
         pauseWishes += 1
-        return (wish, pauseWishes)
+        return PauseChange(wish: wish, sequence: pauseWishes,
+                           pausing: flips.filter { $0.value && wish.contains($0.key) }.keys.sorted(),
+                           resuming: flips.filter { !$0.value && !wish.contains($0.key) }.keys.sorted(),
+                           share: share, recordsWait: recordsWait)
     }
 
     // MARK: Commits

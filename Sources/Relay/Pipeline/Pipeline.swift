@@ -87,6 +87,18 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         return actions
     }
 
+    /// Runs an event that can change only the pause wish, and hands the wish over after it,
+    /// outside the lock.
+    @discardableResult
+    func changePauses(_ event: (inout PipelineState<Worker>) -> PauseChange?) -> PauseChange? {
+        lock.lock()
+        let change = event(&state)
+        let applyPauseWish = change == nil ? nil : self.applyPauseWish
+        lock.unlock()
+        if let change { applyPauseWish?(change.wish, change.sequence) }
+        return change
+    }
+
     /// Suspends until a request is ready for this worker; nil when no more will come.
     func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
         let work = await withCheckedContinuation { worker in

@@ -50,7 +50,7 @@ public final class PipelineDriver: Sendable {
 
     /// Partitions to take records of, under an assignment generation.
     public func assign(_ partitions: [TopicPartition], generation: UInt64) {
-        carryOut(pipeline.handle { $0.assign(partitions, generation: generation) })
+        if let change = pipeline.changePauses({ $0.assign(partitions, generation: generation) }) { logPause(change) }
     }
 
     /// A revoke begins: no new work starts on the partitions; requests under way learn it from
@@ -78,11 +78,12 @@ public final class PipelineDriver: Sendable {
     /// The revoke ends: the partitions are forgotten; returns their final commit offsets.
     public func finishRevoke(_ partitions: [TopicPartition]) -> [TopicPartitionOffset] {
         var offsets: [TopicPartitionOffset] = []
-        carryOut(pipeline.handle { state in
+        let change = pipeline.changePauses { state in
             let revoked = state.finishRevoke(partitions)
             offsets = revoked.offsets
-            return revoked.actions
-        })
+            return revoked.pause
+        }
+        if let change { logPause(change) }
         return offsets
     }
 
@@ -118,15 +119,13 @@ public final class PipelineDriver: Sendable {
     /// says why; liveness is not concerned: a restart mends no outage of the registry.
     public func recordsWaitForSchemaRegistry(because reason: String?) {
         health.recordSchemaRegistryUnavailable(reason)
-        let actions = pipeline.handle { $0.recordsWait(reason != nil) }
-        if actions.pause != nil {
-            if let reason {
-                logger.warning("Fetching paused for every partition: records wait for the Schema Registry (\(reason))")
-            } else {
-                logger.notice("Records taken in again: fetching resumes")
-            }
+        guard let change = pipeline.changePauses({ $0.recordsWait(reason != nil) }) else { return }
+        if let reason {
+            logger.warning("Fetching paused for every partition: records wait for the Schema Registry (\(reason))")
+        } else {
+            logger.notice("Records taken in again: fetching resumes")
         }
-        carryOut(actions)
+        logPause(change)
     }
 
     /// From now on, commit orders go through `issuer`, which must not block or call back

@@ -115,6 +115,4 @@ public struct PipelineActions<Waiter> {
     public var burstDrained = false
     /// Why a commit failed (refused, or no answer in time); it is ordered again.
     public var commitFailure: String?
-    var pausing: [TopicPartition] = []
-    var resuming: [TopicPartition] = []
 }

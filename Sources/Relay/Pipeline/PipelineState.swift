@@ -6,9 +6,10 @@ import Kafka
 ///
 /// It routes each event to the parts that own its state: the partition ledger (offsets,
 /// generations, revokes, shares and the pause wish, commits), the vehicle scheduler (lanes,
-/// ready and deferred vehicles, coalescing, holding), the letter queue (dead letters ordered
-/// and due again) and the pacing (the concurrency limit, the request budget, outages); it
-/// keeps the workers waiting for a request and the timer. The guarantees follow from the parts:
+/// ready and deferred vehicles, coalescing, holding, retries), the letter queue (dead letters
+/// ready, outstanding and due again), the pacing (the concurrency limit, the request budget,
+/// outages) and the deadline timer; it keeps the workers and letter writers waiting for work.
+/// The guarantees follow from the parts:
 /// - **At-least-once**: an offset is committable only when every record at or below it
 ///   finished (accepted, superseded, stale or dead-lettered).
 /// - **Never backwards**: one request per vehicle at a time, built only after the previous
@@ -20,7 +21,9 @@ import Kafka
 /// - **Bounded memory, no head-of-line blocking**: fetching pauses exactly for partitions holding
 ///   their share of the pending records; idle vehicles are forgotten.
 ///
+/// Events that can only change the pause wish return it; the others return `PipelineActions`.
 /// `Waiter` is whatever resumes a worker (a continuation in the relay, a number in tests).
+/// Dead letters: `PipelineState+Letters.swift`.
 public struct PipelineState<Waiter> {
     public typealias Limits = PipelineLimits
     public typealias Actions = PipelineActions<Waiter>
@@ -28,24 +31,22 @@ public struct PipelineState<Waiter> {
     public let limits: Limits
     private(set) var ledger: PartitionLedger
     private(set) var vehicles: VehicleScheduler
-    private var letters = LetterQueue()
+    var letters = LetterQueue()
     private(set) var pacing: Pacing
+    private var timer = DeadlineTimer()
     private(set) var waiters = Deque<Waiter>()
     /// Letter writers waiting for a letter.
-    private(set) var letterWriters = Deque<Waiter>()
+    var letterWriters = Deque<Waiter>()
     /// Advances with every assignment (the first is epoch 1): a vehicle's first request in a new
     /// epoch reads its live location.
     private var epoch: UInt64 = 0
-    private var intakeClosed = false
+    private(set) var intakeClosed = false
     /// No more records will come (`endInput`): what is queued goes out, then workers stop.
     private var inputEnded = false
     /// Records wait before they can be taken in (their schema cannot be fetched).
     private var recordsWaiting = false
     public private(set) var requestsInFlight = 0
     private var nextSweep: ContinuousClock.Instant
-    /// What the timer sleeps until, while it sleeps.
-    private var timerDeadline: ContinuousClock.Instant
-    private var timerSleeping = false
     private var announcedVehiclesFailing = 0
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
@@ -55,17 +56,16 @@ public struct PipelineState<Waiter> {
                                          holdsPartialRequests: limits.holdsPartialRequests)
         self.pacing = Pacing(concurrency: limits.concurrency, maximumRequestsPerSecond: limits.maximumRequestsPerSecond, now: now)
         self.nextSweep = now + limits.vehicleIdleLimit / 2
-        self.timerDeadline = nextSweep
     }
 
     // MARK: Partitions
 
-    public mutating func assign(_ assigned: [TopicPartition], generation: UInt64) -> Actions {
+    /// Partitions to take records of, under an assignment generation: a fresh pause wish.
+    public mutating func assign(_ assigned: [TopicPartition], generation: UInt64) -> PauseChange? {
         ledger.assign(assigned, generation: generation)
         epoch += 1
-        var actions = Actions()
-        updateEveryShare(&actions)
-        return finished(actions, wishChanged: true)
+        if !intakeClosed { ledger.updateEveryShare() }
+        return ledger.pauseChange(always: true, recordsWait: recordsWaiting)
     }
 
     /// Stops new work on the partitions. Requests and dead letters under way are not
@@ -90,12 +90,12 @@ public struct PipelineState<Waiter> {
         ledger.workUnderWay(in: partitions)
     }
 
-    /// Forgets the partitions; returns their final commit offsets (those not yet committed).
-    public mutating func finishRevoke(_ revoked: [TopicPartition]) -> (offsets: [TopicPartitionOffset], actions: Actions) {
+    /// Forgets the partitions; returns their final commit offsets (those not yet committed) and
+    /// the pause wish without them.
+    public mutating func finishRevoke(_ revoked: [TopicPartition]) -> (offsets: [TopicPartitionOffset], pause: PauseChange?) {
         let offsets = ledger.finishRevoke(revoked)
-        var actions = Actions()
-        updateEveryShare(&actions)
-        return (offsets, finished(actions, wishChanged: true))
+        if !intakeClosed { ledger.updateEveryShare() }
+        return (offsets, ledger.pauseChange(always: true, recordsWait: recordsWaiting))
     }
 
     /// Whether work on the record should go on: its partition is assigned under the same
@@ -123,7 +123,7 @@ public struct PipelineState<Waiter> {
                 actions.skippedRecords += 1
             }
         }
-        for partition in actions.registered.keys { updateShare(partition, &actions) }
+        for partition in actions.registered.keys { updateShare(partition) }
         updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)
         return finished(actions)
@@ -132,11 +132,11 @@ public struct PipelineState<Waiter> {
     /// Records wait before they can be taken in (`waiting`: their schema cannot be fetched), or
     /// no longer do: fetching pauses for every partition meanwhile, since the reader takes in
     /// nothing more until they are, and resumes as the shares say once they were.
-    public mutating func recordsWait(_ waiting: Bool) -> Actions {
-        guard waiting != recordsWaiting else { return Actions() }
+    public mutating func recordsWait(_ waiting: Bool) -> PauseChange? {
+        guard waiting != recordsWaiting else { return nil }
         recordsWaiting = waiting
         ledger.pausesEveryPartition = recordsWaiting || intakeClosed
-        return finished(Actions(), wishChanged: true)
+        return ledger.pauseChange(always: true, recordsWait: recordsWaiting)
     }
 
     /// Stops intake for good (shutdown): fetching pauses for every partition, now and after any
@@ -162,50 +162,7 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
-    // MARK: Dead letters
-
-    /// A dead letter was acknowledged: its record is finished.
-    public mutating func deadLetterWritten(_ source: RecordSource, now: ContinuousClock.Instant) -> Actions {
-        var actions = Actions()
-        finish(source, now: now, &actions)
-        endWork(on: [PartitionGeneration(source.topicPartition, source.generation)], &actions)
-        letterEnded(now: now, &actions)
-        return finished(actions)
-    }
-
-    /// A dead letter was not written: it is ordered again after a capped, jittered backoff, as a
-    /// deadline of its own (the writer holds no slot meanwhile), while its partition is still
-    /// this member's and not being revoked. Otherwise it is dropped: the partition's next owner
-    /// reads its record again. Its record stays unfinished, and so uncommitted, until written.
-    public mutating func deadLetterFailed(_ order: DeadLetterOrder, now: ContinuousClock.Instant,
-                                          random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
-        var actions = Actions()
-        let backoff = limits.retryPolicy.delay(attempt: order.failedWrites, retryAfterSeconds: nil, random: random)
-        if owns(order.source), let due = letters.failed(order, backoff: backoff, now: now) {
-            wakeTimer(for: due, &actions)
-        } else {
-            dropLetter(order, now: now, &actions)
-        }
-        return finished(actions)
-    }
-
-    /// Shutdown ran out of time: every letter still outstanding stays unwritten (its record
-    /// uncommitted), none is ordered again, and the workers no longer wait for them.
-    public mutating func giveUpDeadLetters(now: ContinuousClock.Instant) -> Actions {
-        letters.giveUp()
-        var actions = Actions()
-        serveWaiters(now: now, &actions)
-        return finished(actions)
-    }
-
     // MARK: Workers
-
-    /// A letter writer asks for its next letter: it is resumed through the actions, now or
-    /// later, with nil once no letter will come any more.
-    public mutating func requestLetter(_ writer: Waiter, now: ContinuousClock.Instant) -> Actions {
-        letterWriters.append(writer)
-        return finished(Actions())
-    }
 
     /// A worker asks for its next request: it is resumed through the actions, now or later.
     public mutating func requestWork(_ waiter: Waiter, now: ContinuousClock.Instant) -> Actions {
@@ -233,6 +190,7 @@ public struct PipelineState<Waiter> {
         }
         let vehicle = request.update.vehicle
         vehicles.learn(vehicle, newestKnownMilliseconds: delivery.newestKnownMilliseconds)
+        var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
             for source in request.sources { finish(source, now: now, &actions) }
@@ -241,52 +199,40 @@ public struct PipelineState<Waiter> {
             actions.refusedRecords += request.sources.count
         case .abandoned:
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
-        case .retry(let failure):
-            retry(request, after: failure, now: now, random: random, &actions)
-            if actions.retriesExhausted != nil { actions.refusedRecords += request.sources.count }
-            updateOutage(failure, now: now, &actions)
-            endRequest(request, now: now, &actions)
-            updateHolding(now: now, &actions)
-            return finished(actions)
+        case .retry(let transient):
+            failure = transient
+            retry(request, after: transient, now: now, random: random, &actions)
         }
-        vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
+        if failure == nil {
+            vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
+        }
         endRequest(request, now: now, &actions)
-        updateOutage(nil, now: now, &actions)
-        updateHolding(now: now, &actions)
-        return finished(actions)
-    }
-
-    /// Fleet Engine began or stopped failing for most vehicles held (see `Pacing.updateOutage`).
-    private mutating func updateOutage(_ failure: TransientFailure?, now: ContinuousClock.Instant, _ actions: inout Actions) {
         if let change = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
                                             failure: failure, now: now) {
             actions.outage = change
         }
+        updateHolding(now: now, &actions)
+        return finished(actions)
     }
 
-    /// A transient failure: the fixes go back to the front of the vehicle's queue and the
-    /// vehicle is due after its backoff, or past the retry deadline its records are
-    /// dead-lettered. A try that found no token sent nothing: it starts no minimum interval,
-    /// and the live location read in a failed try is read again before the next (a newer fix
-    /// may reach Fleet Engine meanwhile, from a replay or another owner).
+    /// A transient failure, as the vehicle scheduler decides it: retried after its backoff, or
+    /// past the retry deadline dead-lettered. A try that found no token sent nothing: it starts
+    /// no minimum interval, and the live location read in a failed try is read again before
+    /// the next (a newer fix may reach Fleet Engine meanwhile, from a replay or another owner).
     private mutating func retry(_ request: CoalescedRequest, after failure: TransientFailure, now: ContinuousClock.Instant,
                                 random: (ClosedRange<Double>) -> Double, _ actions: inout Actions) {
-        let vehicle = request.update.vehicle
-        let failingSince = request.failingSince ?? now
-        if let deadline = limits.retryDeadline, now - failingSince >= deadline {
-            let detail = "Gave up after \(request.retryAttempts + 1) attempts in \(Int((now - failingSince).inSeconds.rounded())) s; last cause: \(failure.cause): \(failure.detail)"
+        switch vehicles.failed(request, failure, policy: limits.retryPolicy, deadline: limits.retryDeadline,
+                               keepsFixes: !intakeClosed, owns: ledger.owns, now: now, random: random) {
+        case .retrying(let due):
+            if let due { wakeTimer(for: due, &actions) }
+        case .gaveUp(let detail):
             for source in request.sources {
                 orderDeadLetter(source, reason: UpdateForwarder.retryDeadlineExceeded, detail: detail, &actions)
             }
+            actions.refusedRecords += request.sources.count
             actions.retriesExhausted = detail
-            vehicles.gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
-        } else if !intakeClosed, vehicles.putBack(request, owns: ledger.owns) {
-            let backoff = limits.retryPolicy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds,
-                                                   random: random)
-            let state = VehicleLane.Retry(attempts: request.retryAttempts + 1, since: failingSince, fleetEngine: failure.isFleetEngine)
-            if let due = vehicles.retry(vehicle, state, backoff: backoff, now: now) { wakeTimer(for: due, &actions) }
-        } else {
-            vehicles.gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)  // nothing of it is ours any more
+        case .dropped:
+            break
         }
     }
 
@@ -298,13 +244,12 @@ public struct PipelineState<Waiter> {
     }
 
     /// No request will come any more: intake closed and nothing is under way, or the input
-    /// ended and nothing is queued, deferred or under way; and no dead letter is outstanding
-    /// (the workers' end is what ends the dead-letter writer).
-    private var isDrained: Bool {
+    /// ended and nothing is queued, deferred or under way; and no dead letter is outstanding.
+    var isDrained: Bool {
         requestsInFlight == 0 && letters.isSettled && (intakeClosed || (inputEnded && vehicles.nothingScheduled))
     }
 
-    private mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
+    mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
         while !waiters.isEmpty {
             if !intakeClosed {
                 if !pacing.hasRoom(underWay: requestsInFlight) { return }
@@ -341,64 +286,23 @@ public struct PipelineState<Waiter> {
 
     // MARK: Offsets and flow control
 
-    private mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
+    mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard ledger.finish(source) else { return }
-        updateShare(source.topicPartition, &actions)
+        updateShare(source.topicPartition)
         if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
     }
 
-    /// A letter writer will take it; without a dead-letter topic it stays unfinished instead.
-    private mutating func orderDeadLetter(_ source: RecordSource, reason: String, detail: String, _ actions: inout Actions) {
-        let letter = DeadLetterOrder(source: source, reason: reason, detail: detail)
-        guard limits.writesDeadLetters else {
-            actions.lettersNotWritten.append(letter)
-            return
-        }
+    mutating func beginWork(on source: RecordSource) {
         ledger.beginWork(on: [PartitionGeneration(source.topicPartition, source.generation)])
-        letters.order(letter)
     }
 
-    /// Letter writers take the ready letters; once no request and no letter will come any
-    /// more, they are released.
-    private mutating func serveLetterWriters(_ actions: inout Actions) {
-        while !letterWriters.isEmpty {
-            if let letter = letters.takeReady() {
-                actions.resumeLetters.append((letterWriters.removeFirst(), letter))
-            } else if isDrained {
-                actions.resumeLetters += letterWriters.map { ($0, nil) }
-                letterWriters = []
-            } else {
-                return
-            }
-        }
-    }
-
-    private mutating func letterEnded(now: ContinuousClock.Instant, _ actions: inout Actions) {
-        if letters.ended() { serveWaiters(now: now, &actions) }
-    }
-
-    /// A letter of a partition revoked or revoking: its work there ends, so that a revoke does
-    /// not wait for a topic that refuses letters.
-    private mutating func dropLetter(_ order: DeadLetterOrder, now: ContinuousClock.Instant, _ actions: inout Actions) {
-        endWork(on: [PartitionGeneration(order.source.topicPartition, order.source.generation)], &actions)
-        letterEnded(now: now, &actions)
-    }
-
-    private mutating func endWork(on sites: [PartitionGeneration], _ actions: inout Actions) {
+    mutating func endWork(on sites: [PartitionGeneration], _ actions: inout Actions) {
         if ledger.endWork(on: sites) { actions.workFinished = true }
     }
 
     /// A partition's share checked again; after shutdown began the shares no longer change.
-    private mutating func updateShare(_ partition: TopicPartition, _ actions: inout Actions) {
-        guard !intakeClosed, let paused = ledger.updateShare(partition) else { return }
-        if paused { actions.pausing.append(partition) } else { actions.resuming.append(partition) }
-    }
-
-    private mutating func updateEveryShare(_ actions: inout Actions) {
-        guard !intakeClosed else { return }
-        for (partition, paused) in ledger.updateEveryShare() {
-            if paused { actions.pausing.append(partition) } else { actions.resuming.append(partition) }
-        }
+    private mutating func updateShare(_ partition: TopicPartition) {
+        if !intakeClosed { ledger.updateShare(partition) }
     }
 
     /// Holding for full requests follows fetching (see `VehicleScheduler.updateHolding`).
@@ -421,23 +325,18 @@ public struct PipelineState<Waiter> {
 
     /// The timer goes to sleep until the returned deadline, or until an event wakes it.
     public mutating func timerWillSleep() -> ContinuousClock.Instant {
-        timerSleeping = true
-        timerDeadline = nextDeadline
-        return timerDeadline
+        timer.sleep(until: nextDeadline)
     }
 
     /// Wakes a timer sleeping past `due`.
-    private mutating func wakeTimer(for due: ContinuousClock.Instant, _ actions: inout Actions) {
-        if timerSleeping, due < timerDeadline {
-            timerDeadline = due
-            actions.wakeTimer = true
-        }
+    mutating func wakeTimer(for due: ContinuousClock.Instant, _ actions: inout Actions) {
+        if timer.mustWake(for: due) { actions.wakeTimer = true }
     }
 
     /// The timer woke: vehicles whose time came are scheduled, idle vehicles forgotten, letters
     /// ordered again, a commit ordered.
     public mutating func deadlineReached(now: ContinuousClock.Instant) -> Actions {
-        timerSleeping = false
+        timer.woke()
         pacing.deadlineReached(now: now)
         var actions = Actions()
         if let due = vehicles.releaseDue(now: now) { wakeTimer(for: due, &actions) }
@@ -454,17 +353,6 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
-    /// Letters whose backoff ended are ordered again; those of partitions no longer ours are dropped.
-    private mutating func orderDueLetters(now: ContinuousClock.Instant, _ actions: inout Actions) {
-        for order in letters.takeDue(now: now) {
-            if owns(order.source) {
-                letters.orderAgain(order)
-            } else {
-                dropLetter(order, now: now, &actions)
-            }
-        }
-    }
-
     // MARK: Commits
 
     /// Offsets that advanced since the last commit, by partition.
@@ -478,29 +366,20 @@ public struct PipelineState<Waiter> {
         return finished(actions)
     }
 
-    /// Completes an event's actions with the pause wish, when it differs from the last one
-    /// handed out. After an assignment change (or a change of what pauses every partition) it
-    /// is handed out even when no partition flipped, so that a revoked partition's pause never
-    /// lingers in the consumer's wish.
-    private mutating func finished(_ actions: Actions, wishChanged: Bool = false) -> Actions {
+    /// Completes an event's actions: letter writers take the letters ready, a drained burst and
+    /// a changed count of failing vehicles are reported, and the pause wish is handed out when a
+    /// share flipped it (or `wishChanged`: what pauses every partition changed).
+    mutating func finished(_ actions: Actions, wishChanged: Bool = false) -> Actions {
         var actions = actions
         serveLetterWriters(&actions)
-        noteBurst(&actions)
+        // A burst begins at `burstRecords` unfinished records and has drained once a tenth of
+        // that is left: reported once, so that the memory it took can go back to the system.
+        if ledger.burstDrained(burstRecords: limits.burstRecords) { actions.burstDrained = true }
         if vehicles.vehiclesFailing != announcedVehiclesFailing {
             announcedVehiclesFailing = vehicles.vehiclesFailing
             actions.vehiclesFailing = announcedVehiclesFailing
         }
-        guard wishChanged || !actions.pausing.isEmpty || !actions.resuming.isEmpty,
-              let (wish, sequence) = ledger.announceWish(always: wishChanged) else { return actions }
-        actions.pause = PauseChange(wish: wish, sequence: sequence, pausing: actions.pausing.filter(wish.contains).sorted(),
-                                    resuming: actions.resuming.filter { !wish.contains($0) }.sorted(), share: ledger.share,
-                                    recordsWait: recordsWaiting)
+        actions.pause = ledger.pauseChange(always: wishChanged, recordsWait: recordsWaiting)
         return actions
-    }
-
-    /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
-    /// that is left: reported once, so that the memory it took can go back to the system.
-    private mutating func noteBurst(_ actions: inout Actions) {
-        if ledger.burstDrained(burstRecords: limits.burstRecords) { actions.burstDrained = true }
     }
 }

@@ -206,6 +206,39 @@ struct VehicleScheduler {
         return deferVehicle(vehicle, at: lane, until: now + backoff)
     }
 
+    /// What becomes of a request that failed transiently.
+    enum RetryOutcome: Equatable {
+        /// Its fixes are back at the front of the vehicle's queue, due again at `due` (nil:
+        /// nothing of it is left to retry).
+        case retrying(due: ContinuousClock.Instant?)
+        /// Past the retry deadline: its records are to be dead-lettered, for `detail`.
+        case gaveUp(detail: String)
+        /// Nothing of it is kept: its partitions are no longer owned, or nothing more is sent.
+        case dropped
+    }
+
+    /// A transient failure: the fixes go back to the front of the vehicle's queue and the
+    /// vehicle is due after a backoff of `policy` (at least the server's `Retry-After`), or past
+    /// `deadline` its records are given up. `keepsFixes` false (shutdown): nothing is kept.
+    mutating func failed(_ request: CoalescedRequest, _ failure: TransientFailure, policy: RetryPolicy, deadline: Duration?,
+                         keepsFixes: Bool, owns: (RecordSource) -> Bool, now: ContinuousClock.Instant,
+                         random: (ClosedRange<Double>) -> Double) -> RetryOutcome {
+        let vehicle = request.update.vehicle
+        let failingSince = request.failingSince ?? now
+        if let deadline, now - failingSince >= deadline {
+            gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
+            let took = Int((now - failingSince).inSeconds.rounded())
+            return .gaveUp(detail: "Gave up after \(request.retryAttempts + 1) attempts in \(took) s; last cause: \(failure.cause): \(failure.detail)")
+        }
+        guard keepsFixes, putBack(request, owns: owns) else {
+            gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
+            return .dropped
+        }
+        let backoff = policy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds, random: random)
+        let state = VehicleLane.Retry(attempts: request.retryAttempts + 1, since: failingSince, fleetEngine: failure.isFleetEngine)
+        return .retrying(due: retry(vehicle, state, backoff: backoff, now: now))
+    }
+
     /// The vehicle gave up retrying (its records dead-lettered); a try that Fleet Engine failed
     /// still starts the minimum interval.
     mutating func gaveUp(_ vehicle: VehicleIdentity, fleetEngineFailed: Bool, now: ContinuousClock.Instant) {
