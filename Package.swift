@@ -51,6 +51,8 @@ let package = Package(
             linkerSettings: [.linkedLibrary("crypto")]
         ),
         .target(name: "JSON"),
+        // The domain's nouns: vehicle identity and kind, location fix, location update.
+        .target(name: "FleetModel"),
         .target(
             name: "Kafka",
             dependencies: [
@@ -70,7 +72,7 @@ let package = Package(
         ),
         .target(
             name: "FleetAuth",
-            dependencies: ["CRSAShim", "JSON", .product(name: "OrderedCollections", package: "swift-collections")]
+            dependencies: ["FleetModel", "CRSAShim", "JSON", .product(name: "OrderedCollections", package: "swift-collections")]
         ),
         // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, and the
         // HTTP/2 transport to Fleet Engine.
@@ -91,7 +93,7 @@ let package = Package(
         .target(
             name: "FleetEngine",
             dependencies: [
-                "JSON", "FleetAuth", "Egress",
+                "FleetModel", "JSON", "FleetAuth", "Egress",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -99,7 +101,7 @@ let package = Package(
         // Signers that mint through a service: the operator's token service, IAM signJwt.
         .target(
             name: "RemoteSigners",
-            dependencies: ["FleetAuth", "JSON", "Egress", .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["FleetModel", "FleetAuth", "JSON", "Egress", .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
         .target(
             name: "HTTPServing",
@@ -114,7 +116,7 @@ let package = Package(
         .target(
             name: "FleetEngineEmulator",
             dependencies: [
-                "CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing", "InputFormats",
+                "FleetModel", "CRSAShim", "CThrowawayCA", "JSON", "FleetAuth", "FleetEngine", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
@@ -124,7 +126,7 @@ let package = Package(
         .target(
             name: "InputFormats",
             dependencies: [
-                "JSON", "FleetAuth", "FleetEngine", "Egress", .product(name: "Yams", package: "Yams"),
+                "FleetModel", "JSON", "FleetAuth", "FleetEngine", "Egress", .product(name: "Yams", package: "Yams"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -133,7 +135,7 @@ let package = Package(
         .target(
             name: "Relay",
             dependencies: [
-                "JSON", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
+                "FleetModel", "JSON", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "OrderedCollections", package: "swift-collections"),
@@ -146,7 +148,7 @@ let package = Package(
         .target(
             name: "Replay",
             dependencies: [
-                "Relay", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
+                "FleetModel", "Relay", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -176,7 +178,7 @@ let package = Package(
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
-                "CommandLineSupport", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine",
+                "FleetModel", "CommandLineSupport", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine",
                 "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -200,7 +202,7 @@ let package = Package(
         .executableTarget(
             name: "Bench",
             dependencies: [
-                "Kafka", "KafkaTesting", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress", "InputFormats",
+                "FleetModel", "Kafka", "KafkaTesting", "FleetAuth", "FleetEngine", "FleetSimulator", "JSON", "Egress", "InputFormats",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
@@ -211,15 +213,15 @@ let package = Package(
             name: "OpsServerTests",
             dependencies: ["OpsServer", "HTTPServing", "JSON", .product(name: "Prometheus", package: "swift-prometheus")]
         ),
-        .testTarget(name: "FleetAuthTests", dependencies: ["FleetAuth", "JSON"]),
+        .testTarget(name: "FleetAuthTests", dependencies: ["FleetModel", "FleetAuth", "JSON"]),
         .testTarget(
             name: "RemoteSignersTests",
-            dependencies: ["RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON", "Egress"]
+            dependencies: ["FleetModel", "RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON", "Egress"]
         ),
         .testTarget(
             name: "FleetEngineTests",
             dependencies: [
-                "FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON", "Egress", "HTTPServing",
+                "FleetModel", "FleetEngine", "FleetAuth", "FleetEngineEmulator", "JSON", "Egress", "HTTPServing",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
@@ -227,7 +229,7 @@ let package = Package(
         .testTarget(
             name: "RelayTests",
             dependencies: [
-                "Relay", "Replay", "Kafka", "KafkaTesting", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
+                "FleetModel", "Relay", "Replay", "Kafka", "KafkaTesting", "FleetAuth", "RemoteSigners", "FleetEngine", "FleetEngineEmulator", "FleetSimulator",
                 "JSON", "OpsServer", "Egress", "HTTPServing", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -1,6 +1,7 @@
 import Egress
 import FleetAuth
 import FleetEngine
+import FleetModel
 import FleetSimulator
 import Foundation
 import InputFormats

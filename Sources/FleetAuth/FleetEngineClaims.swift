@@ -1,3 +1,4 @@
+import FleetModel
 import JSON
 
 /// The JWT Fleet Engine expects for one vehicle (docs/jwt.md).

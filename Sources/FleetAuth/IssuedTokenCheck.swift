@@ -1,3 +1,4 @@
+import FleetModel
 import JSON
 
 /// Checks a token minted outside the process (token service, IAM signJwt) before

@@ -1,3 +1,5 @@
+import FleetModel
+
 /// Signs vehicle tokens in process with a service-account key file.
 public struct LocalKeySigner: VehicleTokenSigner {
     public let name = "local"

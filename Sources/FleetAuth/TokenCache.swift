@@ -1,3 +1,4 @@
+import FleetModel
 import OrderedCollections
 
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.

@@ -1,3 +1,5 @@
+import FleetModel
+
 /// A JWT for one vehicle and when it stops being valid.
 public struct VehicleToken: Sendable {
     public let token: String

@@ -1,5 +1,5 @@
 import Egress
-import FleetAuth
+import FleetModel
 import Foundation
 import Logging
 import NIOCore

@@ -1,5 +1,5 @@
 import Egress
-import FleetAuth
+import FleetModel
 import JSON
 
 /// Which `VehicleLocation` fields carry the fix (docs/fleet-engine.md).

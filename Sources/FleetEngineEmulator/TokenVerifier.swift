@@ -1,4 +1,5 @@
 import FleetAuth
+import FleetModel
 import JSON
 import Synchronization
 

@@ -1,5 +1,5 @@
-import FleetAuth
 import FleetEngine
+import FleetModel
 import JSON
 
 /// The rules every event field obeys, whichever format it came in (native JSON, a mapping,

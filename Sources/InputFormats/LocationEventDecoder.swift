@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import FleetModel
 import JSON
 
 /// Why an event was rejected; the raw value is the dead-letter `fleet-relay-error`
@@ -33,17 +34,6 @@ public struct Rejection: Error, Sendable, Equatable {
     public init(reason: RejectionReason, detail: String) {
         self.reason = reason
         self.detail = detail
-    }
-}
-
-/// A decoded event: one fix of one vehicle.
-public struct LocationUpdate: Sendable, Equatable {
-    public let vehicle: VehicleIdentity
-    public let fix: LocationFix
-
-    public init(vehicle: VehicleIdentity, fix: LocationFix) {
-        self.vehicle = vehicle
-        self.fix = fix
     }
 }
 

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import FleetModel
 import JSON
 
 /// One consumed record as the decoders see it.

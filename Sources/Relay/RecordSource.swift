@@ -1,3 +1,4 @@
+import FleetModel
 import InputFormats
 import Kafka
 

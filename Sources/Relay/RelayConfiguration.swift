@@ -1,5 +1,5 @@
-import FleetAuth
 import FleetEngine
+import FleetModel
 import InputFormats
 import Kafka
 

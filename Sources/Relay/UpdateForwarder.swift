@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngine
+import FleetModel
 import Logging
 import Metrics
 

@@ -1,5 +1,6 @@
 import Egress
 import FleetAuth
+import FleetModel
 import JSON
 
 /// Signs vehicle tokens keylessly with the IAM Credentials API's `signJwt`: the

@@ -1,5 +1,6 @@
 import Egress
 import FleetAuth
+import FleetModel
 import JSON
 
 /// Asks the operator's own token service for each vehicle's token:

@@ -1,7 +1,7 @@
 import ArgumentParser
 import CommandLineSupport
-import FleetAuth
 import FleetEngine
+import FleetModel
 import Foundation
 import InputFormats
 import JSON

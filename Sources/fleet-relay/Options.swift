@@ -1,8 +1,8 @@
 import ArgumentParser
 import CommandLineSupport
 import Egress
+import FleetModel
 import Foundation
-import FleetAuth
 import FleetEngine
 import Kafka
 import Logging

@@ -3,6 +3,7 @@ import CommandLineSupport
 import Egress
 import FleetAuth
 import FleetEngine
+import FleetModel
 import Foundation
 import JSON
 

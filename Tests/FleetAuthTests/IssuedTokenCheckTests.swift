@@ -1,4 +1,5 @@
 import FleetAuth
+import FleetModel
 import Foundation
 import JSON
 import Testing

@@ -1,4 +1,5 @@
 @testable import FleetAuth
+import FleetModel
 import Testing
 
 /// The cache keeps tokens decoded; what it hands out must be the issued text, byte for byte.

@@ -1,4 +1,4 @@
-import FleetAuth
+import FleetModel
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

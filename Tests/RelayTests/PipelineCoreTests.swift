@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
+import FleetModel
 import Foundation
 import JSON
 import Kafka

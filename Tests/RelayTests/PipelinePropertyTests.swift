@@ -1,5 +1,5 @@
-import FleetAuth
 import FleetEngine
+import FleetModel
 import FleetSimulator
 import Foundation
 import InputFormats

@@ -1,6 +1,7 @@
 import Egress
 import FleetAuth
 import FleetEngine
+import FleetModel
 import InputFormats
 import Kafka
 import NIOPosix

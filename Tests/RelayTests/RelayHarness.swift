@@ -2,6 +2,7 @@ import Egress
 import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
+import FleetModel
 import Foundation
 import HTTPServing
 import Kafka

@@ -1,6 +1,6 @@
-import FleetAuth
 import FleetEngine
 import FleetEngineEmulator
+import FleetModel
 import Foundation
 import HTTPServing
 import InputFormats

@@ -1,5 +1,6 @@
 import FleetAuth
 import FleetEngineEmulator
+import FleetModel
 import Foundation
 import HTTPServing
 import JSON

@@ -1,6 +1,7 @@
 import Egress
 import FleetAuth
 import FleetEngineEmulator
+import FleetModel
 import Foundation
 import HTTPServing
 import JSON

@@ -1,5 +1,5 @@
 import DequeModule
-import FleetAuth
+import FleetModel
 import HeapModule
 import OrderedCollections
 

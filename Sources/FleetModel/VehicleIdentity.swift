@@ -1,17 +1,12 @@
+// The domain's nouns, shared by the core, the input formats, the signers and the Fleet Engine
+// client: which vehicle, where it was, and when.
+
 /// Fleet Engine's two kinds of vehicle, which have different endpoints and token claims.
 public enum VehicleKind: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// On-demand rides and deliveries.
     case vehicle
     /// Last-mile (scheduled) deliveries.
     case deliveryVehicle = "delivery_vehicle"
-
-    /// The key inside the JWT's `authorization` claim.
-    public var claimName: String {
-        switch self {
-        case .vehicle: "vehicleid"
-        case .deliveryVehicle: "deliveryvehicleid"
-        }
-    }
 
     public var description: String { rawValue }
 }

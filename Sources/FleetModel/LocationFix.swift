@@ -6,17 +6,6 @@ public enum LocationSensor: String, Sendable, CaseIterable {
     case fused = "FUSED"
     case roadSnapped = "ROAD_SNAPPED"
     case customerSupplied = "CUSTOMER_SUPPLIED"
-
-    public var fleetEngineName: String {
-        switch self {
-        case .gps: "GPS"
-        case .network: "NETWORK"
-        case .passive: "PASSIVE"
-        case .fused: "FUSED_LOCATION_PROVIDER"
-        case .roadSnapped: "ROAD_SNAPPED_LOCATION_PROVIDER"
-        case .customerSupplied: "CUSTOMER_SUPPLIED_LOCATION"
-        }
-    }
 }
 
 /// One validated position of one vehicle.
