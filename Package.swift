@@ -29,7 +29,7 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
     ],
     targets: [
-        // librdkafka and its mock cluster, from the system (librdkafka-dev).
+        // librdkafka, from the system (librdkafka-dev).
         .systemLibrary(
             name: "CRdKafka",
             pkgConfig: "rdkafka",
@@ -50,9 +50,12 @@ let package = Package(
             name: "CThrowawayCA",
             linkerSettings: [.linkedLibrary("crypto")]
         ),
+        // A strict JSON parser and writer, for events, tokens and requests.
         .target(name: "JSON"),
         // The domain's nouns: vehicle identity and kind, location fix, location update.
         .target(name: "FleetModel"),
+        // The consumer group member, the partition reader (explicit assignment, for replays), the producer
+        // and the offset inspector; every librdkafka call is behind `RDKafkaClient` in `Kafka/RDKafka/`.
         .target(
             name: "Kafka",
             dependencies: [
@@ -70,9 +73,14 @@ let package = Package(
             path: "Sources/Kafka/RDKafka/MockCluster",
             exclude: ["CRdKafkaMock"]
         ),
+        // Service-account keys, vehicle JWTs, the signer protocol, the local signer, checks of issued tokens,
+        // the token cache.
         .target(
             name: "FleetAuth",
-            dependencies: ["FleetModel", "CRSAShim", "JSON", .product(name: "OrderedCollections", package: "swift-collections")]
+            dependencies: [
+                "FleetModel", "CRSAShim", "JSON", .product(name: "OrderedCollections", package: "swift-collections"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
         ),
         // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, and the
         // HTTP/2 transport to Fleet Engine.
@@ -88,8 +96,11 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
+        // Request bodies for both kinds of vehicle and both location modes, the REST client, answers
+        // classified into outcomes, failure causes and refusals.
         .target(
             name: "FleetEngine",
             dependencies: [
@@ -98,11 +109,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // Signers that mint through a service: the operator's token service, IAM signJwt.
+        // Signers that mint through a service: the operator's token service, IAM signJwt; Application Default
+        // Credentials (key-file grant, metadata server).
         .target(
             name: "RemoteSigners",
             dependencies: ["FleetModel", "FleetAuth", "JSON", "Egress", .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
+        // A small HTTP/1.1 server on SwiftNIO (the ops endpoint's; HTTP/2 and TLS for the emulator).
         .target(
             name: "HTTPServing",
             dependencies: [
@@ -113,6 +126,8 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             ]
         ),
+        // The Fleet Engine emulator and stand-ins for the signers' peers and the Schema Registry: a library,
+        // so that tests start them in-process.
         .target(
             name: "FleetEngineEmulator",
             dependencies: [
@@ -122,7 +137,8 @@ let package = Package(
                 .product(name: "NIOTLS", package: "swift-nio"),
             ]
         ),
-        // Record decoders: the native event, mappings and the built-in formats.
+        // Record decoders: the native event, mappings (files and built-in formats), Schema Registry framing
+        // with Avro, Protobuf and JSON Schema.
         .target(
             name: "InputFormats",
             dependencies: [
@@ -132,6 +148,10 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The pipeline: its state machine (`PipelineState` routing events to `PartitionLedger`,
+        // `VehicleScheduler`, `LetterQueue` and `Pacing`), its driver (request workers, letter writers, the
+        // timer) and its run (feed, decoding, shutdown) for the relay and replays; the forwarder, the
+        // dead-letter writer, health and metrics, the relay service.
         .target(
             name: "Relay",
             dependencies: [
@@ -144,7 +164,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // `fleet-relay replay`: a time window of the topic into Fleet Engine, beside the live relay.
+        // `fleet-relay replay`: window resolution, the window reader as the pipeline run's record feed, the
+        // checkpoint as its commit sink, progress, the summary.
         .target(
             name: "Replay",
             dependencies: [
@@ -154,6 +175,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // `/metrics`, `/healthz`, `/readyz`.
         .target(
             name: "OpsServer",
             dependencies: [
@@ -162,6 +184,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // A simulated fleet and its feeder, for the demo and the bench.
         .target(
             name: "FleetSimulator",
             dependencies: ["Kafka", "FleetAuth", "FleetEngine", "JSON"]
@@ -175,6 +198,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The command line: `run`, `replay`, `token`, `mapping`.
         .executableTarget(
             name: "fleet-relay",
             dependencies: [
@@ -188,6 +212,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The demo, the emulator and the simulator as commands; never in the image.
         .executableTarget(
             name: "fleet-relay-dev",
             dependencies: [

@@ -97,11 +97,24 @@ public struct Egress: Sendable {
 
 /// Why a request failed below HTTP, in words an operator can act on.
 public struct TransportFailure: Error, Sendable {
-    /// `tls` (certificate or handshake), `proxy`, `timeout`, `connection`, or `http_version`.
-    public let cause: String
+    /// Why, named as the `cause` label of the retry counters.
+    public enum Cause: String, Sendable, CaseIterable {
+        /// The certificate or the handshake.
+        case tls
+        case proxy
+        case timeout
+        case connection
+        /// The server would not speak the HTTP version asked for.
+        case httpVersion = "http_version"
+
+        /// Whether the configuration must mend it (a CA file, a proxy, an HTTP version), not time.
+        public var isConfiguration: Bool { self == .tls || self == .proxy || self == .httpVersion }
+    }
+
+    public let cause: Cause
     public let message: String
 
-    public init(cause: String, message: String) {
+    public init(cause: Cause, message: String) {
         self.cause = cause
         self.message = message
     }
@@ -109,30 +122,30 @@ public struct TransportFailure: Error, Sendable {
     public static func describe(_ error: any Error) -> TransportFailure {
         if let error = error as? ExchangeError {
             switch error {
-            case .timedOut, .connectTimedOut: return TransportFailure(cause: "timeout", message: error.description)
+            case .timedOut, .connectTimedOut: return TransportFailure(cause: .timeout, message: error.description)
             default: break
             }
-            return TransportFailure(cause: "connection", message: error.description)
+            return TransportFailure(cause: .connection, message: error.description)
         }
         if error is NIOHTTP1ProxyConnectHandler.Error {
-            return TransportFailure(cause: "proxy", message: "the HTTPS proxy refused the tunnel (\(error))")
+            return TransportFailure(cause: .proxy, message: "the HTTPS proxy refused the tunnel (\(error))")
         }
         if case .connectTimeout(let timeout) = error as? ChannelError {
-            return TransportFailure(cause: "timeout", message: "connecting timed out after \(timeout.nanoseconds / 1_000_000_000) s")
+            return TransportFailure(cause: .timeout, message: "connecting timed out after \(timeout.nanoseconds / 1_000_000_000) s")
         }
         if let error = error as? HTTPClientError {
             if error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
-                return TransportFailure(cause: "timeout", message: "\(error)")
+                return TransportFailure(cause: .timeout, message: "\(error)")
             }
-            if error == .tlsHandshakeTimeout { return TransportFailure(cause: "tls", message: "TLS handshake timed out") }
+            if error == .tlsHandshakeTimeout { return TransportFailure(cause: .tls, message: "TLS handshake timed out") }
             if error == .proxyAuthenticationRequired || error == .invalidProxyResponse || error == .httpProxyHandshakeTimeout {
-                return TransportFailure(cause: "proxy", message: "the HTTPS proxy refused the tunnel (\(error))")
+                return TransportFailure(cause: .proxy, message: "the HTTPS proxy refused the tunnel (\(error))")
             }
         }
         if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
-            return TransportFailure(cause: "tls", message: tlsReason(error))
+            return TransportFailure(cause: .tls, message: tlsReason(error))
         }
-        return TransportFailure(cause: "connection", message: "\(error)")
+        return TransportFailure(cause: .connection, message: "\(error)")
     }
 
     /// BoringSSL's reason code (`CERTIFICATE_VERIFY_FAILED`) with what it means, instead of

@@ -1,7 +1,7 @@
 /// Why a signer produced no token. Messages name the signer and the problem,
 /// never a token, key or credential.
 public struct SignerError: Error, Sendable, CustomStringConvertible {
-    public enum Reason: String, Sendable {
+    public enum Reason: String, Sendable, CaseIterable {
         /// The signer could not be reached, timed out or answered 5xx/429.
         case unavailable
         /// The signer refused the request (4xx other than 429).

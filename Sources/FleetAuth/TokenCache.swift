@@ -1,4 +1,5 @@
 import FleetModel
+import Metrics
 import OrderedCollections
 
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.
@@ -81,6 +82,10 @@ public actor TokenCache {
     public private(set) var hitCount = 0
     /// Failed mints by `SignerError.Reason` (`other` for errors of other types).
     public private(set) var errorsByReason: [String: Int] = [:]
+    /// The same counts as metrics, made once and counted where the counts are.
+    private let mintsCounted: Counter
+    private let hitsCounted: Counter
+    private let errorsCounted: [String: Counter]
 
     /// - Parameters:
     ///   - wildcard: share one `"*"` token per kind across all vehicles; only when the operator configures it.
@@ -95,6 +100,12 @@ public actor TokenCache {
         self.capacity = max(1, capacity)
         self.clock = clock
         self.warn = warn
+        let signerLabel = ("signer", signer.name)
+        mintsCounted = Counter(label: "fleet_relay_tokens_minted_total", dimensions: [signerLabel])
+        hitsCounted = Counter(label: "fleet_relay_token_cache_hits_total")
+        errorsCounted = Dictionary(uniqueKeysWithValues: (SignerError.Reason.allCases.map(\.rawValue) + ["other"]).map {
+            ($0, Counter(label: "fleet_relay_token_errors_total", dimensions: [signerLabel, ("reason", $0)]))
+        })
         // At most one order per cached token is outstanding; without a refresher the oldest go.
         (refreshOrders, orderRefresh) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(max(1, capacity)))
     }
@@ -130,13 +141,13 @@ public actor TokenCache {
             let now = clock()
             switch slots[key]?.entry {
             case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
-                hitCount += 1
+                countHit()
                 if now >= slots[key]!.refreshAt { orderRefreshIfNone(key) }
                 return token.text
             case .minting:
                 switch await nextToken(of: key) {
                 case .value(let token):
-                    hitCount += 1
+                    countHit()
                     return token.token
                 case .failure(let error): throw error
                 case .lookAgain: continue
@@ -146,7 +157,7 @@ public actor TokenCache {
             case .ready where Self.isRunning(slots[key]!.refresh):
                 // No longer handed out, and its replacement is under way: wait for that one.
                 if case .value(let token) = await nextToken(of: key) {
-                    hitCount += 1
+                    countHit()
                     return token.token
                 }
             default:
@@ -181,7 +192,7 @@ public actor TokenCache {
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
         let (failures, waiters) = (slots[key]?.failures ?? 0, slots[key]?.waiters ?? WaitingCallers())
         slots[key] = Slot(entry: .minting, lastUsed: uses, waiters: waiters, failures: failures)
-        mintCount += 1
+        countMint()
         evictIfFull()
         do {
             let token = try await Self.signOffTheCallersExecutor(signer, key)
@@ -234,7 +245,7 @@ public actor TokenCache {
         let key = order.key
         guard slots[key]?.refresh == .ordered(order.number) else { return }  // its token is gone
         slots[key]!.refresh = .running(order.number)
-        mintCount += 1
+        countMint()
         let result: Result<VehicleToken, any Error>
         do {
             result = .success(try await signer.mint(for: key))
@@ -291,7 +302,19 @@ public actor TokenCache {
     }
 
     private func countError(_ error: any Error) {
-        errorsByReason[(error as? SignerError)?.reason.rawValue ?? "other", default: 0] += 1
+        let reason = (error as? SignerError)?.reason.rawValue ?? "other"
+        errorsByReason[reason, default: 0] += 1
+        errorsCounted[reason]?.increment()
+    }
+
+    private func countMint() {
+        mintCount += 1
+        mintsCounted.increment()
+    }
+
+    private func countHit() {
+        hitCount += 1
+        hitsCounted.increment()
     }
 
     /// Evicts the least recently used tokens (and remembered failures), in batches of 1 % so that the

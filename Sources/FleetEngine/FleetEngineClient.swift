@@ -87,12 +87,6 @@ public final class FleetEngineClient: Sendable {
         return transport.http2?.connectionCount
     }
 
-    /// Requests sent again at once on a new HTTP/2 connection, by reason (see `HTTP2ConnectionPool.resentRequests`).
-    public var resentRequests: [String: Int] {
-        guard case .success(let transport) = transport else { return [:] }
-        return transport.http2?.resentRequests ?? [:]
-    }
-
     /// The HTTP/2 connections the client opens at most; nil over HTTP/1.1.
     public var http2ConnectionLimit: Int? {
         guard case .success(let transport) = transport else { return nil }
@@ -108,7 +102,7 @@ public final class FleetEngineClient: Sendable {
         guard let url = URLComponents(string: configuration.baseURL), let scheme = url.scheme, scheme == "https" || scheme == "http",
               let host = url.host, !host.isEmpty
         else {
-            return .failure(TransportFailure(cause: "connection", message: "not an http(s) URL: \(configuration.baseURL)"))
+            return .failure(TransportFailure(cause: .connection, message: "not an http(s) URL: \(configuration.baseURL)"))
         }
         let https = scheme == "https"
         let port = url.port ?? (https ? 443 : 80)
@@ -127,7 +121,7 @@ public final class FleetEngineClient: Sendable {
                                                 requestTimeout: timeout)
             return .success(Transport(http2: http2, http1: http1))
         } catch {
-            return .failure(TransportFailure(cause: "tls", message: "TLS cannot be set up: \(error)"))
+            return .failure(TransportFailure(cause: .tls, message: "TLS cannot be set up: \(error)"))
         }
     }
 
@@ -155,7 +149,7 @@ public final class FleetEngineClient: Sendable {
             return Response(status: response.status, outcome: outcome,
                             message: outcome == .accepted ? "" : Self.errorMessage(response.body))
         case .failure(let failure):
-            return Response(status: 0, outcome: .transient(cause: failure.cause, retryAfterSeconds: nil), message: failure.message)
+            return Response(status: 0, outcome: .transient(cause: .transport(failure.cause), retryAfterSeconds: nil), message: failure.message)
         }
     }
 
@@ -181,7 +175,7 @@ public final class FleetEngineClient: Sendable {
                     return .success(try await http2.execute(request))
                 } catch ExchangeError.http2NotNegotiated(let named) {
                     guard configuration.egress.httpVersion == .automatic else {
-                        return .failure(TransportFailure(cause: "http_version", message: "Fleet Engine did not negotiate HTTP/2 (ALPN answered "
+                        return .failure(TransportFailure(cause: .httpVersion, message: "Fleet Engine did not negotiate HTTP/2 (ALPN answered "
                             + (named.map { "\"\($0)\"" } ?? "nothing") + "), but --http-version 2 requires it"))
                     }
                     http2Unavailable.store(true, ordering: .relaxed)

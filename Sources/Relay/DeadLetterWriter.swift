@@ -56,7 +56,7 @@ public final class DeadLetterWriter: Sendable {
         started.add(1, ordering: .relaxed)
         defer { ended.add(1, ordering: .relaxed) }
         let headers = [
-            KafkaHeader(name: "fleet-relay-error", value: letter.reason),
+            KafkaHeader(name: "fleet-relay-error", value: letter.reason.rawValue),
             KafkaHeader(name: "fleet-relay-detail", value: letter.detail),
             KafkaHeader(name: "fleet-relay-source", value: letter.source.description),
         ]

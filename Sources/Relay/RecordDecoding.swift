@@ -58,7 +58,7 @@ public struct RecordDecoding: Sendable {
         counts.bad.add(1, ordering: .relaxed)
         badRecordCounters[rejection.reason]?.increment()
         guard deadLettersBadRecords else { return .skipped(source) }
-        return .bad(source, reason: rejection.reason.rawValue, detail: rejection.detail)
+        return .bad(source, reason: rejection.reason, detail: rejection.detail)
     }
 
     /// The first record each skip rule leaves out is logged, so that an operator sees a rule at work.

@@ -23,7 +23,7 @@ public final class RelayHealth: Sendable {
         /// Since when Fleet Engine fails for most vehicles, while it does.
         var fleetEngineOutageSince: ContinuousClock.Instant?
         /// The failure that began the outage, for `/readyz`.
-        var fleetEngineFailure: (cause: String, detail: String)?
+        var fleetEngineFailure: (cause: FailureCause, detail: String)?
         var signerFailingSince: ContinuousClock.Instant?
         /// The last failure's configuration cause and message, while it lasts.
         var signerConfigurationFailure: String?
@@ -92,10 +92,6 @@ public final class RelayHealth: Sendable {
         state.withLock { $0.consumeError = nil }
     }
 
-    /// Causes that no retry mends: a certificate the relay does not trust, a proxy that
-    /// refuses the tunnel, HTTP/1.1 where HTTP/2 is required. They make the relay not
-    /// ready at once instead of after the outage limit.
-    static let configurationCauses: Set<String> = ["tls", "proxy", "http_version"]
 
     /// Fleet Engine began or stopped failing for most vehicles (decided by the pipeline from the
     /// share of vehicles waiting to retry, so a few refused vehicles are no outage and one answer
@@ -123,7 +119,7 @@ public final class RelayHealth: Sendable {
     func recordSignerFailure(_ error: SignerError?) {
         state.withLock { state in
             if state.signerFailingSince == nil { state.signerFailingSince = .now }
-            if let error, let cause = error.transportCause, Self.configurationCauses.contains(cause) {
+            if let error, let cause = error.transportCause, FailureCause(rawValue: cause)?.isConfiguration == true {
                 state.signerConfigurationFailure = "\(cause): \(error.message)"
             } else {
                 state.signerConfigurationFailure = nil
@@ -219,12 +215,14 @@ public final class RelayHealth: Sendable {
                      detail: "\(error.count) consume errors in \((now - error.since).components.seconds) s and no record since, latest: \(error.name)")
     }
 
-    private func fleetEngineCheck(since: ContinuousClock.Instant?, failure: (cause: String, detail: String)?,
+    private func fleetEngineCheck(since: ContinuousClock.Instant?, failure: (cause: FailureCause, detail: String)?,
                                   now: ContinuousClock.Instant) -> Check {
         guard let since else { return Check(name: "fleet_engine", ok: true, detail: "ok") }
         let seconds = (now - since).components.seconds
         guard let failure else { return Check(name: "fleet_engine", ok: now - since <= maximumOutage, detail: "unavailable for \(seconds) s") }
-        let misconfigured = Self.configurationCauses.contains(failure.cause)
+        // No retry mends a certificate the relay does not trust, a proxy that refuses the tunnel,
+        // or HTTP/1.1 where HTTP/2 is required: not ready at once instead of after the outage limit.
+        let misconfigured = failure.cause.isConfiguration
         return Check(name: "fleet_engine", ok: !misconfigured && now - since <= maximumOutage,
                      detail: "unavailable for \(seconds) s (\(failure.cause)\(failure.detail.isEmpty ? "" : ": " + failure.detail))")
     }

@@ -117,7 +117,6 @@ public final class RelayService: Service, Sendable {
     public func refreshGauges() async {
         guard let consumer = consumerState.withLock({ $0 }) else { return }
         await gauges.refresh(consumer: consumer, pipeline: pipeline, tokens: tokens)
-        gauges.recordResends(client.resentRequests)
     }
 
     private func logSummary() {

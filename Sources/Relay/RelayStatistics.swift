@@ -1,11 +1,13 @@
 import FleetAuth
+import FleetEngine
 import FleetModel
 import Kafka
 import Metrics
 import Synchronization
 
-/// What the relay did: lock-free running totals for status lines and tests, and
-/// the same events as swift-metrics metrics (names fixed, documented in the README).
+/// What the relay did: swift-metrics metrics (names fixed, documented in the README), each made
+/// once, with lock-free running totals for summaries and tests. A count that is also a metric
+/// is a `Tally`, counted in one call; the totals across a labelled metric's series sit beside it.
 ///
 /// Threading: every method may be called from any task.
 public final class RelayStatistics: Sendable {
@@ -22,15 +24,13 @@ public final class RelayStatistics: Sendable {
     }
 
     public let consumed = Atomic<Int>(0)
-    /// Records sent as a request's `lastLocation` and accepted.
-    public let accepted = Atomic<Int>(0)
-    public let superseded = Atomic<Int>(0)
-    public let stale = Atomic<Int>(0)
-    public let skipped = Atomic<Int>(0)
-    public let deadLettered = Atomic<Int>(0)
+    /// Records by how they ended (`fleet_relay_records_finished_total{outcome}`).
+    private let finished = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {
+        ($0, Tally(Counter(label: "fleet_relay_records_finished_total", dimensions: [("outcome", $0.rawValue)])))
+    })
     /// Records Fleet Engine refused, or that failed past the retry deadline, with no
     /// dead-letter topic to take them (a replay's `--no-dead-letter`): left unfinished.
-    public let failed = Atomic<Int>(0)
+    public let failed = Tally(Counter(label: "fleet_relay_records_failed_total"))
     /// Records of requests Fleet Engine refused for good or that failed past the retry
     /// deadline, dead-lettered or not.
     public let refused = Atomic<Int>(0)
@@ -43,7 +43,6 @@ public final class RelayStatistics: Sendable {
     public let consumeErrors = Atomic<Int>(0)
     public let inFlightRequests = Atomic<Int>(0)
 
-    private let finishedCounters: [Outcome: Counter]
     /// Per-request counters by label values, made once: a lookup in the metrics registry per
     /// request costs a lock, label arrays and a hash of them.
     private struct RequestKey: Hashable {
@@ -54,11 +53,13 @@ public final class RelayStatistics: Sendable {
     private let requestCounters = CounterCache<RequestKey> {
         Counter(label: "fleet_relay_fleet_engine_requests_total", dimensions: [("kind", $0.kind.rawValue), ("status", String($0.status))])
     }
-    private let retryCounters = CounterCache<String> { Counter(label: "fleet_relay_retries_total", dimensions: [("cause", $0)]) }
+    private let retryCounters = CounterCache<FailureCause> { Counter(label: "fleet_relay_retries_total", dimensions: [("cause", $0.rawValue)]) }
     private let consumedCounters = CounterCache<TopicPartition> {
         Counter(label: "fleet_relay_records_consumed_total", dimensions: [("topic", $0.topic), ("partition", String($0.partition))])
     }
-    private let deadLetterCounters = CounterCache<String> { Counter(label: "fleet_relay_dead_letters_total", dimensions: [("reason", $0)]) }
+    private let deadLetterCounters = CounterCache<DeadLetterReason> {
+        Counter(label: "fleet_relay_dead_letters_total", dimensions: [("reason", $0.rawValue)])
+    }
     private let consumeErrorCounters = CounterCache<String> { Counter(label: "fleet_relay_consume_errors_total", dimensions: [("error", $0)]) }
     private let inFlightGauge = Gauge(label: "fleet_relay_in_flight_requests")
     private let requestSeconds = Timer(label: "fleet_relay_fleet_engine_request_seconds")
@@ -66,15 +67,13 @@ public final class RelayStatistics: Sendable {
     private let coalescedPerRequest = Recorder(label: "fleet_relay_coalesced_per_request")
     /// Vehicles waiting out a backoff after a Fleet Engine failure (from the pipeline, as it changes).
     let vehiclesRetrying = Gauge(label: "fleet_relay_vehicles_retrying")
-    private let failedCounter = Counter(label: "fleet_relay_records_failed_total")
     /// Failed Schema Registry lookups (each retried: records wait, nothing is dead-lettered).
     let schemaRegistryErrors = Counter(label: "fleet_relay_schema_registry_errors_total")
 
     public init() {
         vehiclesRetrying.record(0)
-        finishedCounters = Dictionary(uniqueKeysWithValues: Outcome.allCases.map {
-            ($0, Counter(label: "fleet_relay_records_finished_total", dimensions: [("outcome", $0.rawValue)]))
-        })
+        // Every reason a record can be dead-lettered for, so that each series exists from the start.
+        for reason in DeadLetterReason.allCases { deadLetterCounters.counter(for: reason).increment(by: 0) }
     }
 
     func recordConsumeError(_ error: String) {
@@ -91,22 +90,14 @@ public final class RelayStatistics: Sendable {
 
     func recordFinished(_ outcome: Outcome, count: Int = 1) {
         guard count > 0 else { return }
-        switch outcome {
-        case .accepted: accepted.add(count, ordering: .relaxed)
-        case .deadLettered: deadLettered.add(count, ordering: .relaxed)
-        case .superseded: superseded.add(count, ordering: .relaxed)
-        case .stale: stale.add(count, ordering: .relaxed)
-        case .skipped: skipped.add(count, ordering: .relaxed)
-        }
-        finishedCounters[outcome]?.increment(by: count)
+        finished[outcome]?.add(count)
     }
 
     func recordFailed() {
-        failed.add(1, ordering: .relaxed)
-        failedCounter.increment()
+        failed.add(1)
     }
 
-    func recordDeadLetter(reason: String) {
+    func recordDeadLetter(reason: DeadLetterReason) {
         recordFinished(.deadLettered)
         deadLetterCounters.counter(for: reason).increment()
     }
@@ -122,9 +113,9 @@ public final class RelayStatistics: Sendable {
         requestSeconds.recordNanoseconds(duration.nanoseconds)
     }
 
-    func recordRetry(cause: String) {
+    func recordRetry(cause: FailureCause) {
         retries.add(1, ordering: .relaxed)
-        if cause == "timeout" { timeouts.add(1, ordering: .relaxed) }
+        if cause == .transport(.timeout) { timeouts.add(1, ordering: .relaxed) }
         retryCounters.counter(for: cause).increment()
     }
 
@@ -157,12 +148,12 @@ public final class RelayStatistics: Sendable {
         public var finished: Int { accepted + superseded + stale + deadLettered + skipped }
     }
 
+    private func total(_ outcome: Outcome) -> Int { finished[outcome]?.total ?? 0 }
+
     public var snapshot: Snapshot {
         Snapshot(
-            consumed: consumed.load(ordering: .relaxed), accepted: accepted.load(ordering: .relaxed),
-            superseded: superseded.load(ordering: .relaxed),
-            stale: stale.load(ordering: .relaxed),
-            deadLettered: deadLettered.load(ordering: .relaxed), skipped: skipped.load(ordering: .relaxed),
+            consumed: consumed.load(ordering: .relaxed), accepted: total(.accepted), superseded: total(.superseded),
+            stale: total(.stale), deadLettered: total(.deadLettered), skipped: total(.skipped),
             requestsAccepted: requestsAccepted.load(ordering: .relaxed),
             requestsFailed: requestsFailed.load(ordering: .relaxed), retries: retries.load(ordering: .relaxed),
             timeouts: timeouts.load(ordering: .relaxed), commits: commits.load(ordering: .relaxed),
@@ -176,6 +167,24 @@ extension Duration {
     }
 
     var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+/// One count, as a metric and as a running total: counted in one call, so the two never differ.
+public final class Tally: Sendable {
+    private let counter: Counter
+    private let value = Atomic<Int>(0)
+
+    init(_ counter: Counter) {
+        self.counter = counter
+        counter.increment(by: 0)  // the series exists from the start
+    }
+
+    func add(_ count: Int = 1) {
+        value.add(count, ordering: .relaxed)
+        counter.increment(by: count)
+    }
+
+    public var total: Int { value.load(ordering: .relaxed) }
 }
 
 /// Counters of one metric by label values, each made on first use and kept.

@@ -7,27 +7,22 @@ import Metrics
 /// A failure that says nothing about whether the update would be accepted: the vehicle is
 /// tried again after a backoff, and its newer fixes join that try.
 public struct TransientFailure: Sendable, Equatable {
-    /// `signer`, `http_503`, `http_429`, `timeout`, `connection`, `tls`, … (as in `fleet_relay_retries_total`).
-    public var cause: String
+    public var cause: FailureCause
     public var detail: String
     /// The server's `Retry-After`, the least the backoff waits.
     public var retryAfterSeconds: Double?
 
-    public static let signerCause = "signer"
-    /// 429 RESOURCE_EXHAUSTED: the project's quota.
-    public static let throttledCause = "http_429"
-
-    public init(cause: String, detail: String, retryAfterSeconds: Double? = nil) {
+    public init(cause: FailureCause, detail: String, retryAfterSeconds: Double? = nil) {
         self.cause = cause
         self.detail = detail
         self.retryAfterSeconds = retryAfterSeconds
     }
 
     /// Fleet Engine failed, not the signer: counts toward Fleet Engine's share of failing vehicles.
-    public var isFleetEngine: Bool { cause != Self.signerCause }
+    public var isFleetEngine: Bool { cause != .signer }
 
     /// Fleet Engine throttled the project (its quota), rather than failing.
-    public var isThrottle: Bool { cause == Self.throttledCause }
+    public var isThrottle: Bool { cause == .throttled }
 }
 
 /// How a request ended for its records.
@@ -35,8 +30,8 @@ public enum DeliveryOutcome: Sendable, Equatable {
     case accepted
     /// Fleet Engine already holds a location at least as new: nothing was sent.
     case stale
-    /// Fleet Engine refused it for good: dead-letter the records with this reason.
-    case rejected(reason: String, detail: String)
+    /// Fleet Engine refused it for good: dead-letter the records for it.
+    case rejected(FleetEngineRefusal, detail: String)
     /// Shutdown interrupted it, or its partitions are being revoked: leave the records
     /// unfinished (consumed again by whoever owns them next).
     case abandoned
@@ -95,9 +90,6 @@ public struct UpdateForwarder: Sendable {
         self.logger = logger
     }
 
-    /// The dead-letter reason of records whose request kept failing past `--retry-deadline`.
-    public static let retryDeadlineExceeded = "retry_deadline_exceeded"
-
     /// - Parameters:
     ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
     ///   - revocations: set once a partition of the records is being revoked: nothing more is
@@ -127,18 +119,19 @@ public struct UpdateForwarder: Sendable {
                 delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
                 return delivery
             case .unauthenticated, .permissionDenied:
+                let refusal = response.outcome.refusal ?? .unauthenticated
                 guard !reauthenticated else {
-                    delivery.outcome = .rejected(reason: response.outcome.deadLetterReason, detail: Self.detail(response))
+                    delivery.outcome = .rejected(refusal, detail: Self.detail(response))
                     return delivery
                 }
                 reauthenticated = true
                 await tokens.invalidate(update.vehicle, refused: token)
-                statistics.recordRetry(cause: response.outcome.deadLetterReason)
+                statistics.recordRetry(cause: .refusedToken(refusal))
                 guard let fresh = await self.token(for: update.vehicle, &delivery) else { return delivery }
                 guard !Task.isCancelled, stillOwned() else { return delivery }
                 token = fresh
-            case .rejected(let reason):
-                delivery.outcome = .rejected(reason: reason, detail: Self.detail(response))
+            case .rejected(let refusal):
+                delivery.outcome = .rejected(refusal, detail: Self.detail(response))
                 return delivery
             case .transient(let cause, let retryAfter):
                 logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying later")
@@ -160,8 +153,8 @@ public struct UpdateForwarder: Sendable {
             if Task.isCancelled { return nil }
             logLimiter.warning("signer", to: logger, "No token for \(vehicle): \(error)")
             health.recordSignerFailure(error as? SignerError)
-            statistics.recordRetry(cause: TransientFailure.signerCause)
-            delivery.outcome = .retry(TransientFailure(cause: TransientFailure.signerCause, detail: "\(error)"))
+            statistics.recordRetry(cause: .signer)
+            delivery.outcome = .retry(TransientFailure(cause: .signer, detail: "\(error)"))
             return nil
         }
     }
@@ -208,7 +201,7 @@ public struct UpdateForwarder: Sendable {
         /// Fleet Engine refused to say: the update's own answer decides.
         case refused(LiveReadRefusal, message: String)
         /// Cause and detail: worth retrying.
-        case unavailable(String, String)
+        case unavailable(FailureCause, String)
     }
 
     /// Why Fleet Engine would not tell a vehicle's live location, named as in the metric.
@@ -239,8 +232,10 @@ public struct UpdateForwarder: Sendable {
         if let refusal = LiveReadRefusal(rawValue: fetched.status) {
             return .refused(refusal, message: fetched.message)
         }
-        if fetched.status == 0 { return .unavailable(fetched.failure?.cause ?? "connection", fetched.failure?.message ?? "no answer") }
-        return .unavailable("http_\(fetched.status)", "Fleet Engine answered \(fetched.status)")
+        if fetched.status == 0 {
+            return .unavailable(.transport(fetched.failure?.cause ?? .connection), fetched.failure?.message ?? "no answer")
+        }
+        return .unavailable(.status(fetched.status), "Fleet Engine answered \(fetched.status)")
     }
 
     /// Counts each live-location read by result (`fleet_relay_live_checks_total`) and logs the first

@@ -43,7 +43,7 @@ public final class SignerHTTP: Sendable {
         } catch {
             let failure = TransportFailure.describe(error)
             throw SignerError(signer: signer, reason: .unavailable, "cannot reach \(peer): \(failure.message)",
-                              transportCause: failure.cause)
+                              transportCause: failure.cause.rawValue)
         }
     }
 }

@@ -227,7 +227,7 @@ public final class Replayer: Service, Sendable {
         summary.deadLettered = totals.deadLettered
         summary.requestsSent = totals.requestsAccepted + totals.requestsFailed
         summary.requestsAccepted = totals.requestsAccepted
-        summary.unfinished = driver.read { $0.unfinishedRecords } - statistics.failed.load(ordering: .relaxed)
+        summary.unfinished = driver.read { $0.unfinishedRecords } - statistics.failed.total
     }
 }
 

@@ -57,6 +57,8 @@ struct RunCommand: AsyncParsableCommand {
         let egress = try egressOptions.egress()
         let setup = try await signer.makeSigner(egress: egress) { logger.warning("\($0)") }
         let clientConfiguration = try fleetEngine.clientConfiguration(defaultProvider: setup.defaultProvider, egress: egress)
+        // Before anything makes its metric handles: each part counts into handles it makes once.
+        let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let client = FleetEngineClient(configuration: clientConfiguration)
         let tokens = signer.makeTokenCache(setup.signer, logger: logger)
         var relayConfiguration = pipeline.relayConfiguration(
@@ -65,7 +67,6 @@ struct RunCommand: AsyncParsableCommand {
         relayConfiguration.readyMaximumOutage = readyMaxOutage.duration
         relayConfiguration.inputMapping = inputMapping
         relayConfiguration.schemaSource = try input.schemaSource(egress: egress)
-        let registry = RelayMetricsSystem.bootstrap(version: FleetRelayVersion.current)
         let relay = RelayService(configuration: relayConfiguration, client: client, tokens: tokens, logger: logger,
                                  releaseFreedMemory: MallocTuning.releaseFreedMemory)
         logger.info("fleet-relay \(FleetRelayVersion.current) starting", metadata: [

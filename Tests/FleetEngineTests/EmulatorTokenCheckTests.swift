@@ -96,7 +96,7 @@ import Testing
             let badFix = LocationFix(latitude: 91, longitude: 2, recordedAtMilliseconds: 0)
             let response = await client.send(VehicleLocationUpdate(vehicle: vehicle, lastLocation: badFix), token: token(claims()))
             #expect(response.status == 400)
-            #expect(response.outcome == .rejected(reason: "fleet_engine_invalid"))
+            #expect(response.outcome == .rejected(.invalid))
             #expect(response.message.contains("LatLng"))
         }
     }
@@ -106,7 +106,7 @@ import Testing
             emulator.injectFaults(.init(status: 503, retryAfter: "3"), count: 1)
             let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "veh-1"), lastLocation: fix)
             let first = await client.send(update, token: token(claims()))
-            #expect(first.outcome == .transient(cause: "http_503", retryAfterSeconds: 3))
+            #expect(first.outcome == .transient(cause: .status(503), retryAfterSeconds: 3))
             #expect(await client.send(update, token: token(claims())).outcome == .accepted)
         }
     }

@@ -86,13 +86,13 @@ import Testing
 @Suite struct FleetEngineOutcomeTests {
     @Test func classifiesStatusesPerContract() {
         #expect(FleetEngineOutcome.classify(status: 200) == .accepted)
-        #expect(FleetEngineOutcome.classify(status: 400) == .rejected(reason: "fleet_engine_invalid"))
+        #expect(FleetEngineOutcome.classify(status: 400) == .rejected(.invalid))
         #expect(FleetEngineOutcome.classify(status: 401) == .unauthenticated)
         #expect(FleetEngineOutcome.classify(status: 403) == .permissionDenied)
-        #expect(FleetEngineOutcome.classify(status: 404) == .rejected(reason: "vehicle_not_found"))
+        #expect(FleetEngineOutcome.classify(status: 404) == .rejected(.vehicleNotFound))
         for status in [408, 429, 500, 502, 503, 504] {
             #expect(FleetEngineOutcome.classify(status: status, retryAfterSeconds: 2)
-                == .transient(cause: "http_\(status)", retryAfterSeconds: 2))
+                == .transient(cause: .status(status), retryAfterSeconds: 2))
         }
     }
 

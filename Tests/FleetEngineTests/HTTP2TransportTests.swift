@@ -67,7 +67,7 @@ import Testing
             #expect(await client.send(update(), token: token()).outcome == .accepted)
             served.emulator.injectFaults(.init(status: 503, retryAfter: "3"), count: 1)
             let refused = await client.send(update(at: 1_795_381_201_000), token: token())
-            #expect(refused.outcome == .transient(cause: "http_503", retryAfterSeconds: 3), "status and Retry-After read from HPACK")
+            #expect(refused.outcome == .transient(cause: .status(503), retryAfterSeconds: 3), "status and Retry-After read from HPACK")
             #expect(!refused.message.isEmpty, "the error body's message")
             let fetched = await client.fetchVehicle(VehicleIdentity(kind: .vehicle, id: "veh-1"), token: token())
             #expect(fetched.status == 200)
@@ -145,7 +145,7 @@ import Testing
             let started = ContinuousClock.now
             let lost = await client.send(update(at: 1_795_381_201_000), token: token())
             let waited = ContinuousClock.now - started
-            #expect(lost.outcome == .transient(cause: "connection", retryAfterSeconds: nil), "\(lost.message)")
+            #expect(lost.outcome == .transient(cause: .transport(.connection), retryAfterSeconds: nil), "\(lost.message)")
             #expect(lost.message.contains("PING"), "\(lost.message)")
             #expect(waited < .seconds(20), "ended by the unanswered PING (about 1 s), not the request timeout: \(waited)")
 
@@ -176,7 +176,7 @@ import Testing
             served.emulator.faultPlan.updateLatency = .seconds(30)
             let started = ContinuousClock.now
             let late = await client.send(update(), token: token())
-            #expect(late.outcome == .transient(cause: "timeout", retryAfterSeconds: nil), "\(late.message)")
+            #expect(late.outcome == .transient(cause: .transport(.timeout), retryAfterSeconds: nil), "\(late.message)")
             #expect(ContinuousClock.now - started < .seconds(20), "ended by the request timeout, not the server")
 
             served.emulator.faultPlan.updateLatency = .zero
@@ -217,7 +217,7 @@ import Testing
             let required = try client(served, httpVersion: .http2)
             let refused = await required.send(update(), token: token())
             await required.shutdown()
-            #expect(refused.outcome == .transient(cause: "http_version", retryAfterSeconds: nil))
+            #expect(refused.outcome == .transient(cause: .transport(.httpVersion), retryAfterSeconds: nil))
             #expect(refused.message.contains("ALPN") && refused.message.contains("--http-version 2"), "\(refused.message)")
             #expect(served.emulator.statistics.updateRequests == 0, "nothing sent over a protocol the operator ruled out")
 

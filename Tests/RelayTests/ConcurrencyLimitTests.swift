@@ -15,7 +15,7 @@ import Testing
         var limit = ConcurrencyLimit(settings: .init(maximum: 40))
         #expect(limit.record(.answered(latency: .milliseconds(50)), startedAt: at(0), saturated: true, now: at(50)) == nil)
         #expect(limit.limit == 40, "never above --max-in-flight")
-        #expect(limit.record(.throttled, startedAt: at(10), saturated: true, now: at(60)) == .throttlingBegan(limit: 36, cause: "http_429"))
+        #expect(limit.record(.throttled, startedAt: at(10), saturated: true, now: at(60)) == .throttlingBegan(limit: 36, cause: .quota))
         #expect(limit.record(.throttled, startedAt: at(20), saturated: true, now: at(70)) == nil)
         #expect(limit.limit == 36, "an attempt sent before the decrease says nothing about the new limit")
         _ = limit.record(.throttled, startedAt: at(80), saturated: true, now: at(130))
@@ -44,7 +44,7 @@ import Testing
             let signal: ConcurrencyLimit.Signal = attempt % 10 < 6 ? .overloaded : .answered(latency: .milliseconds(50))
             if let change = limit.record(signal, startedAt: at(attempt), saturated: true, now: at(attempt + 50)) { changes.append(change) }
         }
-        #expect(changes == [.throttlingBegan(limit: 18, cause: "overloaded")])
+        #expect(changes == [.throttlingBegan(limit: 18, cause: .overloaded)])
     }
 
     @Test func latencyWellAboveItsBaselineShrinksTheLimit() {
@@ -57,7 +57,7 @@ import Testing
         for attempt in 300..<340 where change == nil {
             change = limit.record(.answered(latency: .milliseconds(400)), startedAt: at(attempt), saturated: true, now: at(attempt + 400))
         }
-        #expect(change == .throttlingBegan(limit: 18, cause: "latency"))
+        #expect(change == .throttlingBegan(limit: 18, cause: .latency))
     }
 
     @Test func throttlingEndsOnceAQuietPeriodPassedWithoutAThrottle() {
@@ -94,9 +94,9 @@ import Testing
         var handed: [CoalescedRequest] = []
         for worker in 0..<4 { handed += state.requestWork(worker, now: start).resume.compactMap(\.request) }
         #expect(handed.count == 2)
-        let throttled = Delivery(outcome: .retry(TransientFailure(cause: "http_429", detail: "")))
+        let throttled = Delivery(outcome: .retry(TransientFailure(cause: .status(429), detail: "")))
         let actions = state.complete(handed[0], throttled, now: at(50), random: { $0.lowerBound })
-        #expect(actions.concurrencyLimit == 1 && actions.throttling == .throttlingBegan(limit: 1, cause: "http_429"))
+        #expect(actions.concurrencyLimit == 1 && actions.throttling == .throttlingBegan(limit: 1, cause: .quota))
         #expect(actions.resume.isEmpty, "one attempt is still under way: the limit is reached")
         let answered = state.complete(handed[1], Delivery(outcome: .accepted, newestKnownMilliseconds: 1, liveChecked: true), now: at(60))
         #expect(answered.resume.count == 1)
@@ -118,7 +118,7 @@ import Testing
         for worker in 0..<8 { observe(state.requestWork(worker, now: now)) }
         _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
         observe(state.consume((0..<10).map { Self.fix("v\($0)", offset: Int64($0)) }, now: now))
-        let unavailable = Delivery(outcome: .retry(TransientFailure(cause: "http_503", detail: "")))
+        let unavailable = Delivery(outcome: .retry(TransientFailure(cause: .status(503), detail: "")))
         /// Answers every attempt handed out (the stuck ones 503), then lets 5 s pass (the idle
         /// vehicles are remembered); the workers ask again.
         func round(stuck: (String) -> Bool) {
@@ -140,7 +140,7 @@ import Testing
         // Now Fleet Engine answers 503 for every vehicle: most fail, and the limit shrinks.
         observe(state.consume((2..<10).map { Self.fix("v\($0)", offset: 10 + Int64($0), at: 2) }, now: now))
         for _ in 0..<6 { round { _ in true } }
-        #expect(changes.first == .throttlingBegan(limit: 7, cause: "overloaded") && changes.count == 1, "\(changes)")
+        #expect(changes.first == .throttlingBegan(limit: 7, cause: .overloaded) && changes.count == 1, "\(changes)")
         #expect(state.concurrencyLimit! < 7, "a decrease per round while most vehicles fail")
     }
 

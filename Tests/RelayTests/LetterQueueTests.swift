@@ -1,3 +1,4 @@
+import FleetEngine
 import Kafka
 @testable import Relay
 import Testing
@@ -10,7 +11,7 @@ import Testing
     func order(_ offset: Int64) -> DeadLetterOrder {
         DeadLetterOrder(source: RecordSource(KafkaRecord(topic: "t", partition: 0, offset: offset, key: nil, value: [],
                                                          assignmentGeneration: 1)),
-                        reason: "not_json", detail: "")
+                        reason: .badRecord(.notJSON), detail: "")
     }
 
     @Test func lettersHoldTheWorkersUntilTheLastOneEnded() {
@@ -71,5 +72,25 @@ import Testing
         #expect(letters.takeReady() == nil, "letters waiting for a writer are given up too")
         #expect(letters.takeDue(now: start + .seconds(5)).isEmpty)
         #expect(letters.failed(order(2), backoff: .seconds(1), now: start) == nil, "a letter failing after the give-up is dropped")
+    }
+}
+
+/// The enums whose raw values are metric labels and letter headers: each label stays what the
+/// README documents, and reads back as the same case.
+@Suite struct LabelTests {
+    @Test func failureCausesAreTheirRetryLabels() {
+        let causes: [FailureCause] = [.signer, .status(503), .throttled, .transport(.timeout), .transport(.httpVersion),
+                                      .refusedToken(.unauthenticated)]
+        #expect(causes.map(\.rawValue) == ["signer", "http_503", "http_429", "timeout", "http_version", "unauthenticated"])
+        #expect(causes.allSatisfy { FailureCause(rawValue: $0.rawValue) == $0 })
+        #expect(FailureCause(rawValue: "http_") == nil && FailureCause(rawValue: "latency") == nil)
+        #expect(FailureCause.transport(.tls).isConfiguration && !FailureCause.status(503).isConfiguration)
+    }
+
+    @Test func deadLetterReasonsAreTheirHeadersAndLabels() {
+        let labels = DeadLetterReason.allCases.map(\.rawValue)
+        #expect(Set(labels).count == labels.count, "one label per reason")
+        #expect(labels.contains("not_json") && labels.contains("vehicle_not_found") && labels.contains("retry_deadline_exceeded"))
+        #expect(DeadLetterReason.allCases.allSatisfy { DeadLetterReason(rawValue: $0.rawValue) == $0 })
     }
 }

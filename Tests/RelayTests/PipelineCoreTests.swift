@@ -463,7 +463,7 @@ func metricValue(_ series: String, port: Int) async throws -> Double {
                                       health: RelayHealth(), logger: harness.logger)
         let pile = LetterPile((0..<200).map { offset -> DeadLetterOrder in
             let record = KafkaRecord(topic: harness.topic, partition: 0, offset: Int64(offset), key: nil, value: Array("letter \(offset)".utf8))
-            return DeadLetterOrder(source: RecordSource(record), reason: "test", detail: "\(offset)")
+            return DeadLetterOrder(source: RecordSource(record), reason: .retryDeadlineExceeded, detail: "\(offset)")
         })
         let running = Task {
             try await writer.run { write in

@@ -187,7 +187,7 @@ import Testing
     @Test func aFailedRequestRetriesUntilItsDeadlineThenGivesUp() throws {
         var scheduler = VehicleScheduler(pastLocations: 10, minimumInterval: .zero, holdsPartialRequests: false)
         let policy = RetryPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(8))
-        let failure = TransientFailure(cause: "http_503", detail: "down", retryAfterSeconds: nil)
+        let failure = TransientFailure(cause: .status(503), detail: "down", retryAfterSeconds: nil)
         _ = scheduler.enqueue(fix(0, at: 100), now: start)
         let firstTaken = scheduler.takeReady(epoch: 1, readsLiveLocationEveryTime: false, owns: { _ in true })
         let first = try #require(firstTaken.request)
@@ -249,10 +249,10 @@ import Testing
     /// once at most a third do; a signer failure begins none.
     @Test func anOutageBeginsAtMostVehiclesAndEndsAtAThird() {
         var pacing = Pacing(concurrency: nil, maximumRequestsPerSecond: nil, now: start)
-        let unavailable = TransientFailure(cause: "http_503", detail: "")
+        let unavailable = TransientFailure(cause: .status(503), detail: "")
         let half = pacing.updateOutage(failing: 5, vehicles: 10, failure: unavailable, now: start)
         #expect(half == nil, "half is not most")
-        let signer = pacing.updateOutage(failing: 6, vehicles: 10, failure: TransientFailure(cause: TransientFailure.signerCause, detail: ""),
+        let signer = pacing.updateOutage(failing: 6, vehicles: 10, failure: TransientFailure(cause: .signer, detail: ""),
                                          now: start)
         #expect(signer == nil)
         let most = pacing.updateOutage(failing: 6, vehicles: 10, failure: unavailable, now: start)

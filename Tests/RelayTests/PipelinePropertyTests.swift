@@ -249,7 +249,7 @@ final class PipelineModel {
             consume(.fix(PendingFix(update: update, source: source)))
         case .bad(let number):
             guard let source = source(partition: Int32(number)) else { return }
-            consume(.bad(source, reason: "not_json", detail: ""))
+            consume(.bad(source, reason: .notJSON, detail: ""))
         case .skipped(let number):
             guard let source = source(partition: Int32(number)) else { return }
             consume(.skipped(source))
@@ -262,10 +262,10 @@ final class PipelineModel {
             complete(request, forwarded(request))
         case .reject(let index):
             guard let request = takeRequest(index) else { return }
-            complete(request, Delivery(outcome: .rejected(reason: "invalid_argument", detail: "")))
+            complete(request, Delivery(outcome: .rejected(.invalid, detail: "")))
         case .retry(let index, let signer):
             guard let request = takeRequest(index) else { return }
-            let failure = TransientFailure(cause: signer ? TransientFailure.signerCause : "http_503", detail: "")
+            let failure = TransientFailure(cause: signer ? .signer : .status(503), detail: "")
             complete(request, Delivery(outcome: .retry(failure)))
         case .liveCheckFindsNewer(let index, let by):
             guard !inFlight.isEmpty, inFlight[index % inFlight.count].liveCheckEpoch != nil,

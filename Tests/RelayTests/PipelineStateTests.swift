@@ -114,7 +114,7 @@ import Testing
         let core = Core()
         core.consume([core.fix("a", at: 1, offset: 0), core.fix("a", at: 2, offset: 1)])
         let request = try #require(core.request())
-        core.complete(request, .rejected(reason: "invalid_argument", detail: "400"))
+        core.complete(request, .rejected(.invalid, detail: "400"))
         #expect(core.deadLetters.map(\.source.offset).sorted() == [0, 1])
         #expect(core.state.offsetsToCommit().isEmpty)
         #expect(core.state.workUnderWay(in: [core.partition(0)]) == 2, "a revoke waits for dead letters under way")
@@ -126,8 +126,8 @@ import Testing
     @Test func aBadRecordIsOrderedDeadLetteredAndHoldsTheCommitUntilWritten() throws {
         let core = Core()
         let bad = core.record(offset: 0)
-        core.consume([.bad(bad, reason: "not_json", detail: "x"), core.fix("a", at: 1, offset: 1)])
-        #expect(core.deadLetters.map(\.reason) == ["not_json"])
+        core.consume([.bad(bad, reason: .notJSON, detail: "x"), core.fix("a", at: 1, offset: 1)])
+        #expect(core.deadLetters.map(\.reason) == [.badRecord(.notJSON)])
         core.complete(try #require(core.request()), .accepted)
         #expect(core.state.offsetsToCommit().isEmpty)
         core.observe(core.state.deadLetterWritten(bad, now: core.now))
@@ -302,7 +302,7 @@ import Testing
                 let offset = nextOffset[partition]!
                 nextOffset[partition]! += 1
                 let record = random.next() % 20 == 0
-                    ? ConsumedRecord.bad(core.record(offset: offset, partition: partition), reason: "not_json", detail: "")
+                    ? ConsumedRecord.bad(core.record(offset: offset, partition: partition), reason: .notJSON, detail: "")
                     : core.fix(vehicle, at: Int64(random.next() % 10_000), offset: offset, partition: partition)
                 core.consume([record])
             }
@@ -314,10 +314,10 @@ import Testing
             if time <= sentTimes[request.update.vehicle.id] ?? .min { backwards += 1 }
             switch random.next() % 10 {
             case 0:
-                core.retry(request, after: .milliseconds(5), cause: random.next() % 2 == 0 ? "signer" : "http_503")
+                core.retry(request, after: .milliseconds(5), cause: random.next() % 2 == 0 ? .signer : .status(503))
                 continue
             case 1:
-                core.complete(request, .rejected(reason: "invalid_argument", detail: ""))
+                core.complete(request, .rejected(.invalid, detail: ""))
                 settled["dead-lettered", default: 0] += request.sources.count
             default:
                 sentTimes[request.update.vehicle.id] = time
@@ -505,13 +505,13 @@ import Testing
     @Test func aTryWithoutATokenDoesNotStartTheMinimumInterval() throws {
         let core = Core(limits: .init(minimumInterval: .seconds(5)))
         core.consume([core.fix("v", at: 1, offset: 0)])
-        core.retry(try #require(core.request()), after: .seconds(1), cause: "signer")
+        core.retry(try #require(core.request()), after: .seconds(1), cause: .signer)
         core.observe(core.state.deadlineReached(now: core.start + .seconds(1)))
         #expect(core.request() != nil, "sent after the backoff, not after an interval")
     }
 
-    @Test(arguments: ["signer", "http_503", "http_429", "timeout"])
-    func aFailedVehicleWaitsOutItsBackoffWithoutHoldingAWorker(cause: String) throws {
+    @Test(arguments: [FailureCause.signer, .status(503), .throttled, .transport(.timeout)])
+    func aFailedVehicleWaitsOutItsBackoffWithoutHoldingAWorker(cause: FailureCause) throws {
         let core = Core()
         core.consume([core.fix("cold", at: 1, offset: 0), core.fix("cold", at: 2, offset: 1)])
         let cold = try #require(core.request())
@@ -560,7 +560,7 @@ import Testing
         var dues: [Duration] = []
         for _ in 0..<5 {
             let request = try #require(core.request())
-            let failure = TransientFailure(cause: "http_503", detail: "")
+            let failure = TransientFailure(cause: .status(503), detail: "")
             core.observe(core.state.complete(request, Delivery(outcome: .retry(failure)), now: core.now,
                                              random: { $0.upperBound }))
             dues.append(core.state.nextDeadline - core.now)
@@ -569,7 +569,7 @@ import Testing
         }
         #expect(dues == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(500), .milliseconds(500)])
         let request = try #require(core.request())
-        let throttled = TransientFailure(cause: "http_429", detail: "", retryAfterSeconds: 3)
+        let throttled = TransientFailure(cause: .status(429), detail: "", retryAfterSeconds: 3)
         core.observe(core.state.complete(request, Delivery(outcome: .retry(throttled)), now: core.now,
                                          random: { $0.lowerBound }))
         #expect(core.state.nextDeadline - core.now == .seconds(3))
@@ -588,8 +588,8 @@ import Testing
         #expect(core.deadLetters.isEmpty, "6 s of the 10 s deadline")
         core.now = core.start + .seconds(12)
         core.observe(core.state.deadlineReached(now: core.now))
-        core.retry(try #require(core.request()), after: .seconds(6), cause: "timeout")
-        #expect(core.deadLetters.map(\.reason) == ["retry_deadline_exceeded", "retry_deadline_exceeded"])
+        core.retry(try #require(core.request()), after: .seconds(6), cause: .transport(.timeout))
+        #expect(core.deadLetters.map(\.reason) == [.retryDeadlineExceeded, .retryDeadlineExceeded])
         #expect(core.deadLetters.first?.detail.contains("3 attempts in 12 s; last cause: timeout") == true)
         #expect(core.state.vehiclesFailing == 0)
         for order in core.deadLetters { core.observe(core.state.deadLetterWritten(order.source, now: core.now)) }
@@ -606,14 +606,14 @@ import Testing
         core.retry(requests.removeFirst(), after: .seconds(1))
         core.retry(requests.removeFirst(), after: .seconds(1))
         #expect(core.outages.isEmpty, "3 of 6 vehicles is not most of them")
-        core.retry(requests.removeFirst(), after: .seconds(1), cause: "signer")
+        core.retry(requests.removeFirst(), after: .seconds(1), cause: .signer)
         #expect(core.outages.isEmpty, "a signer failure is not Fleet Engine's")
         core.retry(requests.removeFirst(), after: .seconds(1))
         guard case .began(4, 6, let failure)? = core.outages.last else {
             Issue.record("no outage began: \(core.outages)")
             return
         }
-        #expect(failure.cause == "http_503")
+        #expect(failure.cause == .status(503))
         core.retry(requests.removeFirst(), after: .seconds(1))
         #expect(core.outages.count == 1, "reported once")
         core.now = core.start + .seconds(1)
@@ -767,7 +767,7 @@ private final class Core {
                 continue
             }
             deadLetters.append(letter)
-            if letter.reason == "not_json" { badWritten += 1 }
+            if letter.reason == .badRecord(.notJSON) { badWritten += 1 }
             observe(state.requestLetter(writer, now: now))
         }
         if let change = actions.pause { pauseWish = change.wish }
@@ -816,7 +816,7 @@ private final class Core {
     /// The attempt failed transiently; the backoff comes out as exactly `delay` (as the
     /// server's `Retry-After`, with no jitter above it).
     @discardableResult
-    func retry(_ request: CoalescedRequest, after delay: Duration, cause: String = "http_503") -> PipelineActions<Int> {
+    func retry(_ request: CoalescedRequest, after delay: Duration, cause: FailureCause = .status(503)) -> PipelineActions<Int> {
         let failure = TransientFailure(cause: cause, detail: "", retryAfterSeconds: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
         let actions = state.complete(request, Delivery(outcome: .retry(failure)), now: now, random: { $0.lowerBound })
         observe(actions)

@@ -1,3 +1,4 @@
+import Metrics
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -43,11 +44,19 @@ public final class HTTP2ConnectionPool: Sendable {
     private let streamsPerConnection: Int
     private let maximumConnections: Int
     private let slots: Mutex<[Slot]>
-    private let resends = Mutex<[String: Int]>([:])
+    private let resends = Dictionary(uniqueKeysWithValues: ResendReason.allCases.map {
+        ($0, Counter(label: "fleet_relay_fleet_engine_resent_total", dimensions: [("reason", $0.rawValue)]))
+    })
 
-    /// Requests sent again at once on a new connection, by why the server certainly had not
-    /// processed them: `goaway` (above a GOAWAY's last stream), `refused_stream`, `not_sent`.
-    public var resentRequests: [String: Int] { resends.withLock { $0 } }
+    /// Why a request was sent again at once on a new connection: the server certainly had not
+    /// processed it. The raw value is the `reason` label of `fleet_relay_fleet_engine_resent_total`.
+    enum ResendReason: String, CaseIterable {
+        /// Above a GOAWAY's last stream.
+        case goaway
+        case refusedStream = "refused_stream"
+        /// The connection closed before the request was written.
+        case notSent = "not_sent"
+    }
 
     /// Connections opened so far and kept (open, being made, or to be made again when needed).
     public var connectionCount: Int { slots.withLock { $0.count } }
@@ -79,12 +88,12 @@ public final class HTTP2ConnectionPool: Sendable {
         do {
             return try await executeOnce(request)
         } catch let error as ExchangeError where error.isSafeToRetry {
-            let reason = switch error {
-            case .refusedByGoAway: "goaway"
-            case .streamReset: "refused_stream"
-            default: "not_sent"
+            let reason: ResendReason = switch error {
+            case .refusedByGoAway: .goaway
+            case .streamReset: .refusedStream
+            default: .notSent
             }
-            resends.withLock { $0[reason, default: 0] += 1 }
+            resends[reason]?.increment()
             return try await executeOnce(request)
         }
     }

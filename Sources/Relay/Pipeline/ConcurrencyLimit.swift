@@ -44,9 +44,19 @@ public struct ConcurrencyLimit: Sendable {
         case neutral
     }
 
+    /// What made the limit fall; the raw value is what the log line names.
+    public enum DecreaseCause: String, Sendable {
+        /// Answers grew slower than the baseline.
+        case latency
+        /// Most attempts of a round ended in a 503, a timeout or a connection failure.
+        case overloaded
+        /// Fleet Engine answered 429: the project's quota.
+        case quota = "http_429"
+    }
+
     /// Throttling began or ended (logged once each way).
     public enum Change: Sendable, Equatable {
-        case throttlingBegan(limit: Int, cause: String)
+        case throttlingBegan(limit: Int, cause: DecreaseCause)
         case throttlingEnded(lasted: Duration, limit: Int)
     }
 
@@ -83,16 +93,16 @@ public struct ConcurrencyLimit: Sendable {
         switch signal {
         case .answered(let latency):
             if learn(latency) {
-                change = decrease(startedAt: startedAt, now: now, cause: "latency")
+                change = decrease(startedAt: startedAt, now: now, cause: .latency)
             } else if overloadedRound {
-                change = decrease(startedAt: startedAt, now: now, cause: "overloaded")
+                change = decrease(startedAt: startedAt, now: now, cause: .overloaded)
             } else if saturated, lastDecrease.map({ startedAt > $0 }) ?? true {
                 window = min(Double(settings.maximum), window + 1 / window)
             }
         case .throttled:
-            change = decrease(startedAt: startedAt, now: now, cause: TransientFailure.throttledCause)
+            change = decrease(startedAt: startedAt, now: now, cause: .quota)
         case .overloaded:
-            if overloadedRound { change = decrease(startedAt: startedAt, now: now, cause: "overloaded") }
+            if overloadedRound { change = decrease(startedAt: startedAt, now: now, cause: .overloaded) }
         case .neutral:
             break
         }
@@ -101,7 +111,7 @@ public struct ConcurrencyLimit: Sendable {
 
     /// Multiplicative decrease, at most once per round: attempts that started before the last
     /// decrease were sent at the old limit and say nothing about the new one.
-    private mutating func decrease(startedAt: ContinuousClock.Instant, now: ContinuousClock.Instant, cause: String) -> Change? {
+    private mutating func decrease(startedAt: ContinuousClock.Instant, now: ContinuousClock.Instant, cause: DecreaseCause) -> Change? {
         lastThrottled = now
         if let lastDecrease, startedAt <= lastDecrease { return nil }
         lastDecrease = now

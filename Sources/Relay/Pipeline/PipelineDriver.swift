@@ -278,7 +278,7 @@ public final class PipelineDriver: Sendable {
         case .retry(let failure):
             if failure.isThrottle { throttledAnswers.increment() }
             if let retriesExhausted {
-                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(UpdateForwarder.retryDeadlineExceeded)): \(retriesExhausted)")
+                logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(DeadLetterReason.retryDeadlineExceeded)): \(retriesExhausted)")
             }
         case .abandoned:
             break

@@ -1,3 +1,4 @@
+import FleetEngine
 import InputFormats
 import Kafka
 
@@ -6,7 +7,7 @@ import Kafka
 /// A consumed record as the pipeline takes it: a decoded fix, or a record to dead-letter.
 public enum ConsumedRecord: Sendable {
     case fix(PendingFix)
-    case bad(RecordSource, reason: String, detail: String)
+    case bad(RecordSource, reason: RejectionReason, detail: String)
     /// Left out by the input mapping: finished as it is taken in.
     case skipped(RecordSource)
 
@@ -23,16 +24,46 @@ public enum ConsumedRecord: Sendable {
 /// `deadLetterFailed` orders it again after a backoff.
 public struct DeadLetterOrder: Sendable {
     public let source: RecordSource
-    public let reason: String
+    public let reason: DeadLetterReason
     public let detail: String
     /// Writes of this letter that failed so far: its next backoff.
     public internal(set) var failedWrites = 0
 
-    public init(source: RecordSource, reason: String, detail: String) {
+    public init(source: RecordSource, reason: DeadLetterReason, detail: String) {
         self.source = source
         self.reason = reason
         self.detail = detail
     }
+}
+
+/// Why records were dead-lettered. The raw value is the `fleet-relay-error` header of the
+/// letter and the `reason` label of `fleet_relay_dead_letters_total`.
+public enum DeadLetterReason: Hashable, Sendable, RawRepresentable, CustomStringConvertible {
+    /// The input format refused the record.
+    case badRecord(RejectionReason)
+    /// Fleet Engine refused the update for good.
+    case refused(FleetEngineRefusal)
+    /// The update kept failing past `--retry-deadline`.
+    case retryDeadlineExceeded
+
+    public static var allCases: [DeadLetterReason] {
+        RejectionReason.allCases.map(badRecord) + FleetEngineRefusal.allCases.map(refused) + [retryDeadlineExceeded]
+    }
+
+    public init?(rawValue: String) {
+        guard let reason = Self.allCases.first(where: { $0.rawValue == rawValue }) else { return nil }
+        self = reason
+    }
+
+    public var rawValue: String {
+        switch self {
+        case .badRecord(let rejection): rejection.rawValue
+        case .refused(let refusal): refusal.rawValue
+        case .retryDeadlineExceeded: "retry_deadline_exceeded"
+        }
+    }
+
+    public var description: String { rawValue }
 }
 
 /// Offsets to commit, ordered by the state machine at its commit deadline; the broker's answer

@@ -45,7 +45,7 @@ extension PipelineState {
     }
 
     /// A letter writer will take it; without a dead-letter topic it stays unfinished instead.
-    mutating func orderDeadLetter(_ source: RecordSource, reason: String, detail: String, _ actions: inout Actions) {
+    mutating func orderDeadLetter(_ source: RecordSource, reason: DeadLetterReason, detail: String, _ actions: inout Actions) {
         let letter = DeadLetterOrder(source: source, reason: reason, detail: detail)
         guard limits.writesDeadLetters else {
             actions.lettersNotWritten.append(letter)

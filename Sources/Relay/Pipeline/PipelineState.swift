@@ -117,7 +117,7 @@ public struct PipelineState<Waiter> {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
             case .bad(let source, let reason, let detail):
-                orderDeadLetter(source, reason: reason, detail: detail, &actions)
+                orderDeadLetter(source, reason: .badRecord(reason), detail: detail, &actions)
             case .skipped(let source):
                 finish(source, now: now, &actions)
                 actions.skippedRecords += 1
@@ -194,8 +194,8 @@ public struct PipelineState<Waiter> {
         switch delivery.outcome {
         case .accepted, .stale:
             for source in request.sources { finish(source, now: now, &actions) }
-        case .rejected(let reason, let detail):
-            for source in request.sources { orderDeadLetter(source, reason: reason, detail: detail, &actions) }
+        case .rejected(let refusal, let detail):
+            for source in request.sources { orderDeadLetter(source, reason: .refused(refusal), detail: detail, &actions) }
             actions.refusedRecords += request.sources.count
         case .abandoned:
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
@@ -227,7 +227,7 @@ public struct PipelineState<Waiter> {
             if let due { wakeTimer(for: due, &actions) }
         case .gaveUp(let detail):
             for source in request.sources {
-                orderDeadLetter(source, reason: UpdateForwarder.retryDeadlineExceeded, detail: detail, &actions)
+                orderDeadLetter(source, reason: .retryDeadlineExceeded, detail: detail, &actions)
             }
             actions.refusedRecords += request.sources.count
             actions.retriesExhausted = detail
