@@ -135,7 +135,7 @@ public struct PipelineState<Waiter> {
     public mutating func recordsWait(_ waiting: Bool) -> PauseChange? {
         guard waiting != recordsWaiting else { return nil }
         recordsWaiting = waiting
-        ledger.pausesEveryPartition = recordsWaiting || intakeClosed
+        updatePausingEveryPartition()
         return ledger.pauseChange(always: true, recordsWait: recordsWaiting)
     }
 
@@ -144,7 +144,7 @@ public struct PipelineState<Waiter> {
     /// uncommitted; workers are released once the requests under way ended.
     public mutating func closeIntake(now: ContinuousClock.Instant) -> Actions {
         intakeClosed = true
-        ledger.pausesEveryPartition = true
+        updatePausingEveryPartition()
         vehicles.dropEverythingQueued()
         var actions = Actions()
         serveWaiters(now: now, &actions)
@@ -298,6 +298,11 @@ public struct PipelineState<Waiter> {
 
     mutating func endWork(on sites: [PartitionGeneration], _ actions: inout Actions) {
         if ledger.endWork(on: sites) { actions.workFinished = true }
+    }
+
+    /// Every partition is paused while records wait to be taken in, and for good once intake closed.
+    private mutating func updatePausingEveryPartition() {
+        ledger.pausesEveryPartition = recordsWaiting || intakeClosed
     }
 
     /// A partition's share checked again; after shutdown began the shares no longer change.
