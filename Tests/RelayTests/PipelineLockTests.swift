@@ -50,6 +50,12 @@ import Testing
                 try? await eventually("every record finished", timeout: .seconds(30)) {
                     pipeline.read(\.unfinishedRecords) == 0
                 }
+                // A wish is handed over after the lock: the thread that made the last one may not
+                // have handed it over yet. Wait for its number (a wish that never arrives fails the round).
+                let lastMade = pipeline.read { $0.ledger.lastWishSequence }
+                try? await eventually("the last wish made was handed over", timeout: .seconds(30)) {
+                    handedOver.withLock { $0.sequence } >= lastMade
+                }
                 if handedOver.withLock({ $0.last }) != pipeline.read(\.pauseWish) { roundsLeftPaused += 1 }
             }
             pipeline.handle { $0.closeIntake(now: .now) }

@@ -30,6 +30,8 @@ struct PartitionLedger {
     /// The pause wish last handed out, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var pauseWishes: UInt64 = 0
+    /// The sequence number of the wish handed out last.
+    var lastWishSequence: UInt64 { pauseWishes }
     /// Partitions whose share flipped since the last wish was handed out, and which way.
     private var flips: [TopicPartition: Bool] = [:]
 
