@@ -95,11 +95,11 @@ import Testing
         for worker in 0..<4 { handed += state.requestWork(worker, now: start).resume.compactMap(\.request) }
         #expect(handed.count == 2)
         let throttled = Delivery(outcome: .retry(TransientFailure(cause: .status(429), detail: "")))
-        let actions = state.complete(handed[0], throttled, now: at(50), random: { $0.lowerBound })
-        #expect(actions.concurrencyLimit == 1 && actions.throttling == .throttlingBegan(limit: 1, cause: .quota))
+        let (actions, aftermath) = state.complete(handed[0], throttled, now: at(50), random: { $0.lowerBound })
+        #expect(aftermath.concurrencyLimit == 1 && aftermath.throttling == .throttlingBegan(limit: 1, cause: .quota))
         #expect(actions.resume.isEmpty, "one attempt is still under way: the limit is reached")
         let answered = state.complete(handed[1], Delivery(outcome: .accepted, newestKnownMilliseconds: 1, liveChecked: true), now: at(60))
-        #expect(answered.resume.count == 1)
+        #expect(answered.0.resume.count == 1)
     }
 
     /// Vehicles answered 503 while most vehicles are fine leave the limit alone, even when they
@@ -113,7 +113,10 @@ import Testing
         var changes: [ConcurrencyLimit.Change] = []
         func observe(_ actions: PipelineActions<Int>) {
             handed += actions.resume.compactMap(\.request)
-            if let change = actions.throttling { changes.append(change) }
+        }
+        func observe<Caused>(_ step: (PipelineActions<Int>, Caused)) {
+            observe(step.0)
+            if let change = (step.1 as? AttemptAftermath)?.throttling { changes.append(change) }
         }
         for worker in 0..<8 { observe(state.requestWork(worker, now: now)) }
         _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
@@ -153,7 +156,7 @@ import Testing
         #expect(state.requestWork(0, now: start).resume.count == 1)
         #expect(state.requestWork(1, now: start).resume.isEmpty)
         #expect(state.nextDeadline == at(100), "the next token is a deadline")
-        #expect(state.deadlineReached(now: at(100)).resume.map(\.waiter) == [1])
+        #expect(state.deadlineReached(now: at(100)).0.resume.map(\.waiter) == [1])
     }
 
     static func fix(_ vehicle: String, offset: Int64, at milliseconds: Int64 = 1) -> ConsumedRecord {

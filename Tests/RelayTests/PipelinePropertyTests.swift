@@ -304,7 +304,7 @@ final class PipelineModel {
     private func consume(_ record: ConsumedRecord) {
         let recordKey = key(record.source)
         consumed.append(recordKey)
-        let actions = state.consume([record], now: now)
+        let (actions, _) = state.consume([record], now: now)
         if case .skipped = record { end(recordKey) }
         observe(actions)
     }
@@ -326,7 +326,7 @@ final class PipelineModel {
 
     private func complete(_ request: CoalescedRequest, _ delivery: Delivery) {
         let owned = request.sources.allSatisfy(owns)
-        let actions = state.complete(request, delivery, now: now, random: { $0.lowerBound })
+        let (actions, _) = state.complete(request, delivery, now: now, random: { $0.lowerBound })
         let vehicle = request.update.vehicle.id
         if delivery.outcome == .accepted {
             fleetEngineHolds[vehicle] = max(fleetEngineHolds[vehicle] ?? .min, request.update.lastLocation.recordedAtMilliseconds)
@@ -423,7 +423,15 @@ final class PipelineModel {
         }
         deadLetters += lettersTaken
         if let change = actions.pause { announcedWish = change.wish }
-        if let order = actions.commit {
+        // A bad record's dead letter is ordered as it is consumed.
+        if !lettersTaken.isEmpty { observe(state.requestLetter(Self.letterWriter, now: now)) }
+    }
+
+    /// The timer's turn: a commit order it makes never passes a record known unfinished, nor
+    /// goes back on what was committed.
+    private func observe(_ turn: (PipelineActions<Int>, CommitDeadline)) {
+        observe(turn.0)
+        if let order = turn.1.order {
             for offset in order.offsets {
                 checkCommit(offset, what: "a commit order")
                 let number = offset.topicPartition.partition
@@ -433,8 +441,6 @@ final class PipelineModel {
             }
             commitsUnderWay.append(order)
         }
-        // A bad record's dead letter is ordered as it is consumed.
-        if !lettersTaken.isEmpty { observe(state.requestLetter(Self.letterWriter, now: now)) }
     }
 
     private func handOut(_ request: CoalescedRequest) {

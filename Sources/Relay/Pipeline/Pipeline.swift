@@ -60,23 +60,39 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         lock.unlock()
     }
 
-    /// Runs one event under the lock and carries out its mechanical actions after it. The one
-    /// call made inside the lock is the commit enqueue: a revoke takes the lock before its
-    /// partitions go, so it cannot slip between the order (made for partitions still owned)
-    /// and the commit entering librdkafka's queue, where it goes out with the group generation
-    /// of that moment. Committed later, it could rewind the next owner's offset. The enqueue
-    /// neither blocks nor calls back into the pipeline.
+    /// Runs one event under the lock and carries out its mechanical actions after it.
     @discardableResult
     func handle(_ event: (inout PipelineState<Worker>) -> Actions) -> Actions {
         lock.lock()
-        var actions = event(&state)
-        if let order = actions.commit, let issueCommit {
-            if let refusal = issueCommit(order) {
-                let answered = state.commitAnswered(order, failure: refusal, now: .now)
-                actions.commitFailure = answered.commitFailure
-                actions.wakeTimer = actions.wakeTimer || answered.wakeTimer
-            }
+        return unlock(after: event(&state))
+    }
+
+    /// Runs one event that causes something of its own beside the common actions.
+    func handle<Caused>(_ event: (inout PipelineState<Worker>) -> (Actions, Caused)) -> (Actions, Caused) {
+        lock.lock()
+        let (actions, caused) = event(&state)
+        return (unlock(after: actions), caused)
+    }
+
+    /// The timer's turn. The one call made inside the lock is the commit enqueue: a revoke
+    /// takes the lock before its partitions go, so it cannot slip between the order (made for
+    /// partitions still owned) and the commit entering librdkafka's queue, where it goes out
+    /// with the group generation of that moment. Committed later, it could rewind the next
+    /// owner's offset. The enqueue neither blocks nor calls back into the pipeline.
+    private func deadlineReached() -> (Actions, CommitDeadline) {
+        lock.lock()
+        var (actions, commit) = state.deadlineReached(now: .now)
+        if let order = commit.order, let issueCommit, let refusal = issueCommit(order) {
+            let answered = state.commitAnswered(order, failure: refusal, now: .now)
+            commit.failure = refusal
+            actions.wakeTimer = actions.wakeTimer || answered.wakeTimer
         }
+        return (unlock(after: actions), commit)
+    }
+
+    /// Leaves the lock taken by an event, then hands over the pause wish, wakes a waiting
+    /// revoke, rings the timer and resumes the workers and writers the event released.
+    private func unlock(after actions: Actions) -> Actions {
         let applyPauseWish = actions.pause == nil ? nil : self.applyPauseWish
         lock.unlock()
         if let change = actions.pause { applyPauseWish?(change.wish, change.sequence) }
@@ -136,10 +152,11 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// Releases deferred vehicles at their due time and forgets idle ones, sleeping in between
     /// until the next deadline (or until an event sets an earlier one), until cancelled.
-    func runDeadlines(apply: (Actions) -> Void) async {
+    func runDeadlines(apply: (Actions, CommitDeadline) -> Void) async {
         while !Task.isCancelled {
             await alarm.sleep(until: timerWillSleep())
-            apply(handle { $0.deadlineReached(now: .now) })
+            let (actions, commit) = deadlineReached()
+            apply(actions, commit)
         }
     }
 }

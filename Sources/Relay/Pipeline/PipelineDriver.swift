@@ -89,7 +89,10 @@ public final class PipelineDriver: Sendable {
 
     /// Takes consumed records in.
     public func consume(_ records: [ConsumedRecord]) {
-        carryOut(pipeline.handle { $0.consume(records, now: .now) })
+        let (actions, taken) = pipeline.handle { $0.consume(records, now: .now) }
+        carryOut(actions)
+        if !taken.perPartition.isEmpty { statistics.recordConsumed(taken.perPartition) }
+        if taken.skipped > 0 { statistics.recordFinished(.skipped, count: taken.skipped) }
     }
 
     /// No more records will come: what is queued goes out, then the workers stop.
@@ -136,31 +139,38 @@ public final class PipelineDriver: Sendable {
 
     public func commitAnswered(_ order: CommitOrder, failure: String?) {
         carryOut(pipeline.handle { $0.commitAnswered(order, failure: failure, now: .now) })
+        if let failure {
+            logCommitFailure(failure)
+        } else {
+            statistics.commits.add(1, ordering: .relaxed)
+        }
     }
 
     // MARK: Carrying out
 
-    /// Carries out what the pipeline asked for besides resuming workers, pauses and commits:
-    /// dead letters, counts, logs and health.
+    /// Carries out what the pipeline asked for besides resuming workers and pauses: unwritten
+    /// dead letters, counts, logs.
     func carryOut(_ actions: Actions) {
-        if !actions.registered.isEmpty { statistics.recordConsumed(actions.registered) }
         if actions.staleFixes > 0 { statistics.recordFinished(.stale, count: actions.staleFixes) }
-        if actions.skippedRecords > 0 { statistics.recordFinished(.skipped, count: actions.skippedRecords) }
         for letter in actions.lettersNotWritten { keepUnwritten(letter) }
-        if actions.refusedRecords > 0 { statistics.refused.add(actions.refusedRecords, ordering: .relaxed) }
         if let change = actions.pause { logPause(change) }
-        if let outage = actions.outage { health.recordFleetEngineOutage(outage) }
         if let failing = actions.vehiclesFailing { statistics.vehiclesRetrying.record(failing) }
-        if actions.committed { statistics.commits.add(1, ordering: .relaxed) }
-        if let limit = actions.concurrencyLimit { concurrencyGauge.record(limit) }
-        if let change = actions.throttling { logThrottling(change) }
         if actions.burstDrained {
             let took = ContinuousClock().measure(releaseFreedMemory)
             logger.debug("A burst of records drained: freed memory handed back to the system in \(took)")
         }
-        if let failure = actions.commitFailure {
-            logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
-        }
+    }
+
+    /// What an attempt's end changed: refused records, outages and the adaptive limit.
+    private func carryOut(_ aftermath: AttemptAftermath) {
+        if aftermath.refusedRecords > 0 { statistics.refused.add(aftermath.refusedRecords, ordering: .relaxed) }
+        if let outage = aftermath.outage { health.recordFleetEngineOutage(outage) }
+        if let limit = aftermath.concurrencyLimit { concurrencyGauge.record(limit) }
+        if let change = aftermath.throttling { logThrottling(change) }
+    }
+
+    private func logCommitFailure(_ failure: String) {
+        logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
     }
 
     private func logThrottling(_ change: ConcurrencyLimit.Change) {
@@ -192,7 +202,10 @@ public final class PipelineDriver: Sendable {
 
     /// The state machine's deadlines: deferred vehicles, commits, forgetting idle vehicles; until cancelled.
     public func runDeadlines() async {
-        await pipeline.runDeadlines(apply: carryOut)
+        await pipeline.runDeadlines { actions, commit in
+            carryOut(actions)
+            if let failure = commit.failure { logCommitFailure(failure) }
+        }
     }
 
     /// Sending and dead-lettering, until no more requests will come and every dead letter is
@@ -257,9 +270,10 @@ public final class PipelineDriver: Sendable {
             let checkLive = readsLiveLocation && request.liveCheckEpoch != nil
             let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive, revocations: request.revocations)
             statistics.requestEnded()
-            let actions = pipeline.handle { $0.complete(request, delivery, now: .now) }
+            let (actions, aftermath) = pipeline.handle { $0.complete(request, delivery, now: .now) }
             carryOut(actions)
-            count(request, delivery, retriesExhausted: actions.retriesExhausted)
+            carryOut(aftermath)
+            count(request, delivery, retriesExhausted: aftermath.retriesExhausted)
         }
     }
 

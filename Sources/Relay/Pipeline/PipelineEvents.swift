@@ -106,7 +106,8 @@ public enum PipelineWork: Sendable {
     case letter(DeadLetterOrder)
 }
 
-/// What the owner of the state must do after an event, outside the lock.
+/// What any event can release, for the owner of the state to carry out outside the lock.
+/// What only one event can cause comes beside it in that event's own result.
 public struct PipelineActions<Waiter> {
     /// Workers to resume with their next request (nil: no more work, stop).
     public var resume: [(waiter: Waiter, request: CoalescedRequest?)] = []
@@ -114,10 +115,6 @@ public struct PipelineActions<Waiter> {
     public var resumeLetters: [(writer: Waiter, letter: DeadLetterOrder?)] = []
     /// Letters ordered without a dead-letter topic to take them: their records stay unfinished.
     public var lettersNotWritten: [DeadLetterOrder] = []
-    /// Records of a request Fleet Engine refused for good, or whose retries ran out.
-    public var refusedRecords = 0
-    /// Why a vehicle's retries ran out (its records ordered dead-lettered), when they did.
-    public var retriesExhausted: String?
     public var pause: PauseChange?
     /// A deadline earlier than the one the timer sleeps until was set.
     public var wakeTimer = false
@@ -125,25 +122,39 @@ public struct PipelineActions<Waiter> {
     public var workFinished = false
     /// Fixes finished unsent because Fleet Engine holds one at least as new.
     public var staleFixes = 0
-    /// Records finished as taken in: the input mapping skipped them.
-    public var skippedRecords = 0
-    /// Records taken in, per partition.
-    public var registered: [TopicPartition: Int] = [:]
-    /// Fleet Engine's failures began or stopped holding back most vehicles.
-    public var outage: FleetEngineOutageChange?
     /// Vehicles waiting to retry after a Fleet Engine failure, when the count changed.
     public var vehiclesFailing: Int?
-    /// Offsets to commit now (the commit interval came round and something finished).
-    public var commit: CommitOrder?
-    /// A commit succeeded.
-    public var committed = false
+    /// A burst of unfinished records (a cold start, a backlog) has drained: what it allocated
+    /// is free, and the allocator may hand it back to the system.
+    public var burstDrained = false
+}
+
+/// What taking records in (`PipelineState.consume`) counted.
+public struct RecordsTakenIn: Sendable, Equatable {
+    /// Records taken in, per partition.
+    public var perPartition: [TopicPartition: Int] = [:]
+    /// Records finished as taken in: the input mapping skipped them.
+    public var skipped = 0
+}
+
+/// What the end of an attempt (`PipelineState.complete`) changed besides the common actions.
+public struct AttemptAftermath: Sendable, Equatable {
+    /// Records of a request Fleet Engine refused for good, or whose retries ran out.
+    public var refusedRecords = 0
+    /// Why a vehicle's retries ran out (its records ordered dead-lettered), when they did.
+    public var retriesExhausted: String?
+    /// Fleet Engine's failures began or stopped holding back most vehicles.
+    public var outage: FleetEngineOutageChange?
     /// The adaptive concurrency limit, when it changed.
     public var concurrencyLimit: Int?
     /// Fleet Engine began or stopped throttling the project.
     public var throttling: ConcurrencyLimit.Change?
-    /// A burst of unfinished records (a cold start, a backlog) has drained: what it allocated
-    /// is free, and the allocator may hand it back to the system.
-    public var burstDrained = false
-    /// Why a commit failed (refused, or no answer in time); it is ordered again.
-    public var commitFailure: String?
+}
+
+/// What the deadline timer's turn (`PipelineState.deadlineReached`) ordered of the commits.
+public struct CommitDeadline: Sendable, Equatable {
+    /// Offsets to commit now (the commit interval came round and something finished).
+    public var order: CommitOrder?
+    /// Why the last commit failed (no answer in time); it is ordered again.
+    public var failure: String?
 }

@@ -21,7 +21,8 @@ import Kafka
 /// - **Bounded memory, no head-of-line blocking**: fetching pauses exactly for partitions holding
 ///   their share of the pending records; idle vehicles are forgotten.
 ///
-/// Events that can only change the pause wish return it; the others return `PipelineActions`.
+/// Events that can only change the pause wish return it; the others return `PipelineActions`,
+/// with what only that event causes beside it.
 /// `Waiter` is whatever resumes a worker (a continuation in the relay, a number in tests).
 /// Dead letters: `PipelineState+Letters.swift`.
 public struct PipelineState<Waiter> {
@@ -106,13 +107,14 @@ public struct PipelineState<Waiter> {
 
     /// Takes consumed records in. Records of partitions not (or no longer) ours, or
     /// already registered, are skipped; bad ones are ordered dead-lettered at once.
-    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> Actions {
+    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
         var actions = Actions()
-        guard !intakeClosed else { return actions }
+        var taken = RecordsTakenIn()
+        guard !intakeClosed else { return (actions, taken) }
         for record in records {
             let source = record.source
             guard ledger.register(source, now: now) else { continue }
-            actions.registered[source.topicPartition, default: 0] += 1
+            taken.perPartition[source.topicPartition, default: 0] += 1
             switch record {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
@@ -120,13 +122,13 @@ public struct PipelineState<Waiter> {
                 orderDeadLetter(source, reason: .badRecord(reason), detail: detail, &actions)
             case .skipped(let source):
                 finish(source, now: now, &actions)
-                actions.skippedRecords += 1
+                taken.skipped += 1
             }
         }
-        for partition in actions.registered.keys { updateShare(partition) }
+        for partition in taken.perPartition.keys { updateShare(partition) }
         updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)
-        return finished(actions)
+        return (finished(actions), taken)
     }
 
     /// Records wait before they can be taken in (`waiting`: their schema cannot be fetched), or
@@ -179,14 +181,15 @@ public struct PipelineState<Waiter> {
     /// fixes arriving meanwhile join the next try. Past `retryDeadline` the records are
     /// dead-lettered instead. `random` draws the jitter (tests pass a fixed one).
     public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
-                                  random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> Actions {
+                                  random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) }) -> (Actions, AttemptAftermath) {
         var actions = Actions()
+        var aftermath = AttemptAftermath()
         if let startedAt = request.startedAt {
             let adaptation = pacing.attemptEnded(
                 delivery.outcome, latency: delivery.fleetEngineLatency, startedAt: startedAt, underWay: requestsInFlight,
                 mostVehiclesFailing: Pacing.mostFailing(vehicles.vehiclesFailing, of: vehicles.vehicleCount), now: now)
-            actions.concurrencyLimit = adaptation.limit
-            actions.throttling = adaptation.throttling
+            aftermath.concurrencyLimit = adaptation.limit
+            aftermath.throttling = adaptation.throttling
         }
         let vehicle = request.update.vehicle
         vehicles.learn(vehicle, newestKnownMilliseconds: delivery.newestKnownMilliseconds)
@@ -196,23 +199,21 @@ public struct PipelineState<Waiter> {
             for source in request.sources { finish(source, now: now, &actions) }
         case .rejected(let refusal, let detail):
             for source in request.sources { orderDeadLetter(source, reason: .refused(refusal), detail: detail, &actions) }
-            actions.refusedRecords += request.sources.count
+            aftermath.refusedRecords += request.sources.count
         case .abandoned:
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
         case .retry(let transient):
             failure = transient
-            retry(request, after: transient, now: now, random: random, &actions)
+            retry(request, after: transient, now: now, random: random, &actions, &aftermath)
         }
         if failure == nil {
             vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
         }
         endRequest(request, now: now, &actions)
-        if let change = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
-                                            failure: failure, now: now) {
-            actions.outage = change
-        }
+        aftermath.outage = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
+                                               failure: failure, now: now)
         updateHolding(now: now, &actions)
-        return finished(actions)
+        return (finished(actions), aftermath)
     }
 
     /// A transient failure, as the vehicle scheduler decides it: retried after its backoff, or
@@ -220,7 +221,8 @@ public struct PipelineState<Waiter> {
     /// no minimum interval, and the live location read in a failed try is read again before
     /// the next (a newer fix may reach Fleet Engine meanwhile, from a replay or another owner).
     private mutating func retry(_ request: CoalescedRequest, after failure: TransientFailure, now: ContinuousClock.Instant,
-                                random: (ClosedRange<Double>) -> Double, _ actions: inout Actions) {
+                                random: (ClosedRange<Double>) -> Double, _ actions: inout Actions,
+                                _ aftermath: inout AttemptAftermath) {
         switch vehicles.failed(request, failure, policy: limits.retryPolicy, deadline: limits.retryDeadline,
                                keepsFixes: !intakeClosed, owns: ledger.owns, now: now, random: random) {
         case .retrying(let due):
@@ -229,8 +231,8 @@ public struct PipelineState<Waiter> {
             for source in request.sources {
                 orderDeadLetter(source, reason: .retryDeadlineExceeded, detail: detail, &actions)
             }
-            actions.refusedRecords += request.sources.count
-            actions.retriesExhausted = detail
+            aftermath.refusedRecords += request.sources.count
+            aftermath.retriesExhausted = detail
         case .dropped:
             break
         }
@@ -340,7 +342,7 @@ public struct PipelineState<Waiter> {
 
     /// The timer woke: vehicles whose time came are scheduled, idle vehicles forgotten, letters
     /// ordered again, a commit ordered.
-    public mutating func deadlineReached(now: ContinuousClock.Instant) -> Actions {
+    public mutating func deadlineReached(now: ContinuousClock.Instant) -> (Actions, CommitDeadline) {
         timer.woke()
         pacing.deadlineReached(now: now)
         var actions = Actions()
@@ -351,11 +353,9 @@ public struct PipelineState<Waiter> {
         }
         orderDueLetters(now: now, &actions)
         let (order, failure) = ledger.commitIfDue(now: now)
-        actions.commit = order
-        if let failure { actions.commitFailure = failure }
         serveWaiters(now: now, &actions)
         updateHolding(now: now, &actions)
-        return finished(actions)
+        return (finished(actions), CommitDeadline(order: order, failure: failure))
     }
 
     // MARK: Commits
@@ -367,7 +367,6 @@ public struct PipelineState<Waiter> {
     public mutating func commitAnswered(_ order: CommitOrder, failure: String?, now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
         if let due = ledger.commitAnswered(order, failure: failure, now: now) { wakeTimer(for: due, &actions) }
-        if let failure { actions.commitFailure = failure } else { actions.committed = true }
         return finished(actions)
     }
 
