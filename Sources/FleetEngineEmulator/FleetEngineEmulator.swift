@@ -23,6 +23,9 @@ public final class FleetEngineEmulator: EmulatedService {
         /// Every fix time received for the vehicle (last and past locations), when
         /// the emulator records history: lets tests prove that nothing was lost.
         public var receivedFixTimes: Set<Int64> = []
+        /// When each fix time first arrived in an accepted update (when the emulator records
+        /// history): tests time how soon a request left unprocessed was sent again.
+        public var fixFirstReceived: [Int64: ContinuousClock.Instant] = [:]
         /// Fixes received for the first time although a newer one had already arrived
         /// (when the emulator records history): a history delivered out of order.
         public var fixesOutOfOrder = 0
@@ -199,6 +202,27 @@ public final class FleetEngineEmulator: EmulatedService {
     /// What the server saw at the connection layer (connections, HTTP/2 streams, GOAWAYs, resets).
     public var transportStatistics: HTTPServerStatistics.Counts? { server.withLock { $0?.statistics.current } }
 
+    /// An update the HTTP/2 faults left unprocessed: whose fix, and when.
+    public struct WithheldUpdate: Sendable {
+        public let vehicle: VehicleIdentity
+        public let fixTime: Int64
+        public let at: ContinuousClock.Instant
+    }
+
+    /// Every update left unprocessed above a GOAWAY's last stream, in order (reads left out).
+    public var withheldUpdates: [WithheldUpdate] {
+        let withheld = server.withLock { $0?.statistics.withheldRequests } ?? []
+        return withheld.compactMap { request in
+            let parts = request.uri.split(separator: "?", maxSplits: 1)
+            let segments = parts[0].split(separator: "/").map(String.init)  // v1, providers, provider, collection, id
+            let mask = parts.dropFirst().first?.split(separator: "&").first { $0.hasPrefix("updateMask=") }?.dropFirst("updateMask=".count)
+            guard segments.count == 5, let kind = Self.kind(collection: segments[3]), let id = segments[4].removingPercentEncoding,
+                  let mask, let update = try? UpdateBodyValidator.validate(body: request.body, updateMask: String(mask).removingPercentEncoding)
+            else { return nil }
+            return WithheldUpdate(vehicle: VehicleIdentity(kind: kind, id: id), fixTime: update.locationTimeMilliseconds, at: request.at)
+        }
+    }
+
     public func shutdown() async {
         let server = self.server.withLock { server in
             defer { server = nil }
@@ -372,11 +396,11 @@ public final class FleetEngineEmulator: EmulatedService {
 
     /// Past locations oldest first, then the last location: the order a history is meant to be read in.
     private static func recordHistory(of vehicle: inout Vehicle, _ update: UpdateBodyValidator.ValidUpdate) {
-        vehicle.acceptedUpdateTimes.append(.now)
-        for time in update.pastLocationTimes + [update.locationTimeMilliseconds] {
-            if vehicle.receivedFixTimes.insert(time).inserted, time < vehicle.newestReceivedFixTime {
-                vehicle.fixesOutOfOrder += 1
-            }
+        let now = ContinuousClock.now
+        vehicle.acceptedUpdateTimes.append(now)
+        for time in update.pastLocationTimes + [update.locationTimeMilliseconds] where vehicle.receivedFixTimes.insert(time).inserted {
+            vehicle.fixFirstReceived[time] = now
+            if time < vehicle.newestReceivedFixTime { vehicle.fixesOutOfOrder += 1 }
             vehicle.newestReceivedFixTime = max(vehicle.newestReceivedFixTime, time)
         }
     }
@@ -505,3 +529,4 @@ struct QuotaBucket {
         return true
     }
 }
+

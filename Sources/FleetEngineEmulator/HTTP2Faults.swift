@@ -71,11 +71,14 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
     private let connection: any Channel
     private let statistics: HTTPServerStatistics
     private var requests = 0
-    private var openStreams = 0
+    private var openStreams: Set<HTTP2StreamID> = []
     private var highestStreamID = HTTP2StreamID.rootStream
+    /// The highest stream whose request was answered: a GOAWAY below open streams names it as
+    /// the last processed, since every stream at or below the last must be (RFC 9113 §6.8).
+    private var highestAnswered = HTTP2StreamID.rootStream
     private var goingAway = false
-    /// Set by a GOAWAY below open streams: requests from then on are left unprocessed.
-    private var withholding = false
+    /// The last stream a GOAWAY below open streams named: requests above it are left unprocessed.
+    private var withholdingAbove: HTTP2StreamID?
     private var closeScheduled = false
 
     init(behaviour: HTTP2ServerBehaviour, connection: any Channel, statistics: HTTPServerStatistics) {
@@ -86,26 +89,26 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
 
     func streamOpened(_ id: HTTP2StreamID?) {
         connection.eventLoop.preconditionInEventLoop()
-        openStreams += 1
-        statistics.noteOpenStreams(openStreams)
-        if let id, id > highestStreamID { highestStreamID = id }
+        guard let id else { return }
+        openStreams.insert(id)
+        statistics.noteOpenStreams(openStreams.count)
+        if id > highestStreamID { highestStreamID = id }
+        if let last = withholdingAbove, id > last { statistics.count(\.streamsAboveGoAway) }
     }
 
     /// Once the last stream before the GOAWAY finished, the connection closes after a grace
     /// period (unless the client closed it first), as a front end does: closing at once would
     /// reset the TCP connection under streams the client sent meanwhile, and the client would
     /// lose the GOAWAY and the last answers with them.
-    func streamClosed() {
-        openStreams -= 1
-        guard goingAway, openStreams == 0, !closeScheduled else { return }
-        closeScheduled = true
-        let connection = connection
-        connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }
+    func streamClosed(_ id: HTTP2StreamID?) {
+        if let id { openStreams.remove(id) }
+        guard goingAway, openStreams.isEmpty else { return }
+        closeAfterGrace()
     }
 
-    func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate {
-        if withholding {
-            statistics.count(\.streamsAboveGoAway)
+    func requestArrived(on id: HTTP2StreamID?, uri: String, body: [UInt8]) -> HTTP2RequestFate {
+        if let last = withholdingAbove, let id, id > last {
+            statistics.noteWithheld(uri: uri, body: body)
             return .withhold
         }
         if behaviour.resetShare > 0, Double.random(in: 0..<1) < behaviour.resetShare {
@@ -116,24 +119,33 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
             statistics.count(\.streamsRefused)
             return .refuse
         }
-        if let every = behaviour.goAwayBelowEveryRequests, (requests + 1) % every == 0, !goingAway, let id {
+        if let every = behaviour.goAwayBelowEveryRequests, (requests + 1) % every == 0, !goingAway, let id, id > highestAnswered {
             goAwayBelow(id)
+            statistics.noteWithheld(uri: uri, body: body)
             return .withhold
         }
         countRequest()
+        if let id, id > highestAnswered { highestAnswered = id }
         return .answer
     }
 
-    /// GOAWAY naming the stream before `id` as the last processed: `id` and every later stream
-    /// are left for the client to send again. The connection closes after a grace period.
+    /// GOAWAY naming the highest stream answered so far as the last processed: `id` and every
+    /// stream above the last, open now or opened before the client hears of it, are left for
+    /// the client to send again, and counted. Streams below it are still answered. The GOAWAY
+    /// goes beneath SwiftNIO's state machine, which would refuse the later streams unseen. The
+    /// connection closes after a grace period.
     private func goAwayBelow(_ id: HTTP2StreamID) {
         goingAway = true
-        withholding = true
+        withholdingAbove = highestAnswered
         statistics.count(\.goAwaysSent)
-        statistics.count(\.streamsAboveGoAway)
-        let last = HTTP2StreamID(max(0, Int(id) - 2))
-        connection.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: last, errorCode: .noError, opaqueData: nil)),
-                                 promise: nil)
+        for stream in openStreams where stream > highestAnswered { statistics.count(\.streamsAboveGoAway) }
+        let beneath = try? connection.pipeline.syncOperations.handler(type: FramesBeneathHTTP2.self)
+        beneath?.writeGoAway(lastStreamID: highestAnswered)
+        closeAfterGrace()
+    }
+
+    private func closeAfterGrace() {
+        guard !closeScheduled else { return }
         closeScheduled = true
         let connection = connection
         connection.eventLoop.scheduleTask(in: .seconds(1)) { connection.close(promise: nil) }

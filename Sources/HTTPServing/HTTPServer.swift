@@ -112,6 +112,13 @@ public final class HTTPServer: Sendable {
             HTTP2Setting(parameter: .maxConcurrentStreams, value: maximumConcurrentStreams),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
         ]
+        if observer != nil {
+            do {
+                try connection.pipeline.syncOperations.addHandler(FramesBeneathHTTP2())
+            } catch {
+                return connection.eventLoop.makeFailedFuture(error)
+            }
+        }
         return connection.configureHTTP2Pipeline(
             mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()
         ) { stream in

@@ -5,8 +5,10 @@ public final class HTTPServerStatistics: Sendable {
     public struct Counts: Sendable {
         public var connections = 0
         public var connectionsClosed = 0
-        /// HTTP/2 streams refused with RST_STREAM(REFUSED_STREAM), and left unprocessed above a GOAWAY's last stream.
+        /// HTTP/2 streams refused with RST_STREAM(REFUSED_STREAM) by the fault plan.
         public var streamsRefused = 0
+        /// Streams above a GOAWAY's last stream, open when it was sent or opened after it: none
+        /// of them was processed.
         public var streamsAboveGoAway = 0
         /// The most streams one HTTP/2 connection had open at once.
         public var mostOpenStreams = 0
@@ -16,7 +18,23 @@ public final class HTTPServerStatistics: Sendable {
         public var streamsReset = 0
     }
 
+    /// A request the server left unprocessed, as it arrived.
+    public struct WithheldRequest: Sendable {
+        public let uri: String
+        public let body: [UInt8]
+        public let at: ContinuousClock.Instant
+    }
+
     private let counts = Mutex(Counts())
+    private let withheld = Mutex<[WithheldRequest]>([])
+
+    /// Every request left unprocessed whole (above a GOAWAY's last stream), in order: tests
+    /// time how soon the client sent each again.
+    public var withheldRequests: [WithheldRequest] { withheld.withLock { $0 } }
+
+    public func noteWithheld(uri: String, body: [UInt8]) {
+        withheld.withLock { $0.append(WithheldRequest(uri: uri, body: body, at: .now)) }
+    }
 
     public var current: Counts { counts.withLock { $0 } }
 

@@ -33,15 +33,17 @@ final class RequestHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if case .http2(let observer?) = servedProtocol {
-            observer.streamOpened(try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID))
-        }
+        if case .http2(let observer?) = servedProtocol { observer.streamOpened(Self.streamID(of: context)) }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         connection.close()
-        if case .http2(let observer?) = servedProtocol { observer.streamClosed() }
+        if case .http2(let observer?) = servedProtocol { observer.streamClosed(Self.streamID(of: context)) }
         context.fireChannelInactive()
+    }
+
+    private static func streamID(of context: ChannelHandlerContext) -> HTTP2StreamID? {
+        try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -64,8 +66,7 @@ final class RequestHandler: ChannelInboundHandler {
                 statistics.count(\.http1Requests)
             case .http2(let observer):
                 statistics.count(\.http2Requests)
-                let id = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-                switch observer?.requestArrived(on: id) ?? .answer {
+                switch observer?.requestArrived(on: Self.streamID(of: context), uri: head.uri, body: body) ?? .answer {
                 case .answer: break
                 case .reset:
                     // Closing a stream channel sends RST_STREAM; the request is not applied.
@@ -150,10 +151,10 @@ final class RequestHandler: ChannelInboundHandler {
 /// injects connection faults (the emulator) hooks into. Nothing in production sets one.
 public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
     func streamOpened(_ id: HTTP2StreamID?)
-    func streamClosed()
+    func streamClosed(_ id: HTTP2StreamID?)
     /// A request arrived whole on a stream: answer it, or leave it unprocessed one of the ways
     /// a server may.
-    func requestArrived(on id: HTTP2StreamID?) -> HTTP2RequestFate
+    func requestArrived(on id: HTTP2StreamID?, uri: String, body: [UInt8]) -> HTTP2RequestFate
 }
 
 public enum HTTP2RequestFate: Sendable {
@@ -164,4 +165,28 @@ public enum HTTP2RequestFate: Sendable {
     case refuse
     /// No answer: the stream is above a GOAWAY's last stream ID.
     case withhold
+}
+
+/// Writes HTTP/2 frames beneath SwiftNIO's connection state machine, which never learns of
+/// them. A server injecting faults sends its GOAWAY this way and goes on reading the streams
+/// the client opened before the GOAWAY reached it, to count them: SwiftNIO would refuse them,
+/// and then end the whole connection on their DATA frames.
+public final class FramesBeneathHTTP2: ChannelOutboundHandler {
+    public typealias OutboundIn = ByteBuffer
+    private var context: ChannelHandlerContext?
+
+    public func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    public func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    /// GOAWAY (RFC 9113 §6.8) naming `lastStreamID`, with NO_ERROR.
+    public func writeGoAway(lastStreamID: HTTP2StreamID) {
+        guard let context else { return }
+        var frame = context.channel.allocator.buffer(capacity: 17)
+        frame.writeInteger(UInt32(8) << 8 | 0x7)  // a payload of 8 bytes, type GOAWAY
+        frame.writeInteger(UInt8(0))  // no flags
+        frame.writeInteger(UInt32(0))  // the connection's stream
+        frame.writeInteger(UInt32(Int32(lastStreamID)))
+        frame.writeInteger(UInt32(0))  // NO_ERROR
+        context.writeAndFlush(NIOAny(frame), promise: nil)
+    }
 }
