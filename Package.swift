@@ -238,7 +238,10 @@ let package = Package(
             name: "OpsServerTests",
             dependencies: ["OpsServer", "HTTPServing", "JSON", .product(name: "Prometheus", package: "swift-prometheus")]
         ),
-        .testTarget(name: "FleetAuthTests", dependencies: ["FleetModel", "FleetAuth", "JSON"]),
+        .testTarget(
+            name: "FleetAuthTests",
+            dependencies: ["FleetModel", "FleetAuth", "JSON", .product(name: "MetricsTestKit", package: "swift-metrics")]
+        ),
         .testTarget(
             name: "RemoteSignersTests",
             dependencies: ["FleetModel", "RemoteSigners", "FleetAuth", "FleetEngineEmulator", "HTTPServing", "JSON", "Egress"]
@@ -259,6 +262,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
             // The Python peer is run from its path in the source tree, not bundled.
             exclude: ["Python"],

@@ -78,11 +78,8 @@ public actor TokenCache {
     private let refreshOrders: AsyncStream<RefreshOrder>
     private let orderRefresh: AsyncStream<RefreshOrder>.Continuation
 
-    public private(set) var mintCount = 0
-    public private(set) var hitCount = 0
-    /// Failed mints by `SignerError.Reason` (`other` for errors of other types).
-    public private(set) var errorsByReason: [String: Int] = [:]
-    /// The same counts as metrics, made once and counted where the counts are.
+    /// Tokens minted, handed out from the cache, and failed mints by `SignerError.Reason`
+    /// (`other` for errors of other types): made once, counted where they happen.
     private let mintsCounted: Counter
     private let hitsCounted: Counter
     private let errorsCounted: [String: Counter]
@@ -91,9 +88,10 @@ public actor TokenCache {
     ///   - wildcard: share one `"*"` token per kind across all vehicles; only when the operator configures it.
     ///   - capacity: most tokens kept; the least recently used beyond it are dropped.
     ///   - warn: told once when tokens live too short for the configured margin.
+    ///   - metrics: where the counters go (tests pass their own).
     public init(signer: any VehicleTokenSigner, refreshMarginSeconds: Int64 = 300, wildcard: Bool = false,
                 capacity: Int = TokenCache.defaultCapacity, clock: @escaping EpochClock = systemEpochClock,
-                warn: @escaping @Sendable (String) -> Void = { _ in }) {
+                warn: @escaping @Sendable (String) -> Void = { _ in }, metrics: any MetricsFactory = MetricsSystem.factory) {
         self.signer = signer
         self.refreshMarginSeconds = refreshMarginSeconds
         self.wildcard = wildcard
@@ -101,10 +99,10 @@ public actor TokenCache {
         self.clock = clock
         self.warn = warn
         let signerLabel = ("signer", signer.name)
-        mintsCounted = Counter(label: "fleet_relay_tokens_minted_total", dimensions: [signerLabel])
-        hitsCounted = Counter(label: "fleet_relay_token_cache_hits_total")
+        mintsCounted = Counter(label: "fleet_relay_tokens_minted_total", dimensions: [signerLabel], factory: metrics)
+        hitsCounted = Counter(label: "fleet_relay_token_cache_hits_total", factory: metrics)
         errorsCounted = Dictionary(uniqueKeysWithValues: (SignerError.Reason.allCases.map(\.rawValue) + ["other"]).map {
-            ($0, Counter(label: "fleet_relay_token_errors_total", dimensions: [signerLabel, ("reason", $0)]))
+            ($0, Counter(label: "fleet_relay_token_errors_total", dimensions: [signerLabel, ("reason", $0)], factory: metrics))
         })
         // At most one order per cached token is outstanding; without a refresher the oldest go.
         (refreshOrders, orderRefresh) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(max(1, capacity)))
@@ -141,13 +139,13 @@ public actor TokenCache {
             let now = clock()
             switch slots[key]?.entry {
             case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
-                countHit()
+                hitsCounted.increment()
                 if now >= slots[key]!.refreshAt { orderRefreshIfNone(key) }
                 return token.text
             case .minting:
                 switch await nextToken(of: key) {
                 case .value(let token):
-                    countHit()
+                    hitsCounted.increment()
                     return token.token
                 case .failure(let error): throw error
                 case .lookAgain: continue
@@ -157,7 +155,7 @@ public actor TokenCache {
             case .ready where Self.isRunning(slots[key]!.refresh):
                 // No longer handed out, and its replacement is under way: wait for that one.
                 if case .value(let token) = await nextToken(of: key) {
-                    countHit()
+                    hitsCounted.increment()
                     return token.token
                 }
             default:
@@ -192,7 +190,7 @@ public actor TokenCache {
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
         let (failures, waiters) = (slots[key]?.failures ?? 0, slots[key]?.waiters ?? WaitingCallers())
         slots[key] = Slot(entry: .minting, lastUsed: uses, waiters: waiters, failures: failures)
-        countMint()
+        mintsCounted.increment()
         evictIfFull()
         do {
             let token = try await Self.signOffTheCallersExecutor(signer, key)
@@ -245,7 +243,7 @@ public actor TokenCache {
         let key = order.key
         guard slots[key]?.refresh == .ordered(order.number) else { return }  // its token is gone
         slots[key]!.refresh = .running(order.number)
-        countMint()
+        mintsCounted.increment()
         let result: Result<VehicleToken, any Error>
         do {
             result = .success(try await signer.mint(for: key))
@@ -302,19 +300,7 @@ public actor TokenCache {
     }
 
     private func countError(_ error: any Error) {
-        let reason = (error as? SignerError)?.reason.rawValue ?? "other"
-        errorsByReason[reason, default: 0] += 1
-        errorsCounted[reason]?.increment()
-    }
-
-    private func countMint() {
-        mintCount += 1
-        mintsCounted.increment()
-    }
-
-    private func countHit() {
-        hitCount += 1
-        hitsCounted.increment()
+        errorsCounted[(error as? SignerError)?.reason.rawValue ?? "other"]?.increment()
     }
 
     /// Evicts the least recently used tokens (and remembered failures), in batches of 1 % so that the

@@ -26,9 +26,4 @@ struct GroupCommits: CommitSink {
         guard let consumer else { return "the relay stopped" }
         return consumer.enqueueCommit(order.offsets) { failure in answer(failure?.message) }?.message
     }
-
-    /// The poll thread serves the commits.
-    func run() async {}
-
-    func finish() {}
 }

@@ -20,6 +20,12 @@ public protocol RecordFeed: Sendable {
     func close() async
 }
 
+extension RecordFeed {
+    /// A feed with nothing to run beside the reading (a replay's window reader).
+    public func run() async throws {}
+    public func close() async {}
+}
+
 /// Where a pipeline run's commit orders go: the group's committed offsets, or a replay's
 /// checkpoint file.
 public protocol CommitSink: Sendable {
@@ -30,6 +36,12 @@ public protocol CommitSink: Sendable {
     func run() async
     /// No more orders will come.
     func finish()
+}
+
+extension CommitSink {
+    /// A sink whose orders are served elsewhere (the consumer's poll thread answers commits).
+    public func run() async {}
+    public func finish() {}
 }
 
 /// One run of the pipeline, the live relay's and a replay's alike: records from a feed,

@@ -46,11 +46,6 @@ final class WindowFeed: RecordFeed {
     /// Records of the window deleted by retention before they were read, per partition.
     var deletedBeforeRead: [Int32: Int64] { tally.withLock { $0.deletedBeforeRead } }
 
-    /// The reader needs no loop beside the reading.
-    func run() async throws {}
-
-    func close() async {}
-
     func applyPauseWish(_ wish: Set<TopicPartition>, sequence: UInt64) {
         pauses.post(wish, sequence: sequence)
     }

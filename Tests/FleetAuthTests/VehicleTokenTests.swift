@@ -1,6 +1,7 @@
 import FleetAuth
 import FleetModel
 import JSON
+import MetricsTestKit
 import Synchronization
 import Testing
 
@@ -77,10 +78,17 @@ final class ManualClock: Sendable {
 }
 
 /// A cache over a counting signer, both on a manual clock (refresh margin 300 s).
-func countingCache(capacity: Int = TokenCache.defaultCapacity) -> (ManualClock, CountingSigner, TokenCache) {
+func countingCache(capacity: Int = TokenCache.defaultCapacity, metrics: TestMetrics = TestMetrics())
+    -> (ManualClock, CountingSigner, TokenCache) {
     let clock = ManualClock()
     let signer = CountingSigner(clock: clock.epochClock)
-    return (clock, signer, TokenCache(signer: signer, refreshMarginSeconds: 300, capacity: capacity, clock: clock.epochClock))
+    return (clock, signer, TokenCache(signer: signer, refreshMarginSeconds: 300, capacity: capacity, clock: clock.epochClock, metrics: metrics))
+}
+
+/// What the cache counted into `fleet_relay_token_errors_total` for `reason`.
+func signerErrors(_ metrics: TestMetrics, reason: String) -> Int64 {
+    metrics.counters(label: "fleet_relay_token_errors_total").filter { $0.dimensions.contains { $0 == ("reason", reason) } }
+        .reduce(0) { $0 + $1.totalValue }
 }
 
 /// Runs `body` while the cache's background refresher runs.
@@ -152,7 +160,8 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
     @Test func aFailingSignerIsAskedOncePerVehicleAndBackoff() async throws {
         let clock = ManualClock()
         let signer = CountingSigner(clock: clock.epochClock)
-        let cache = TokenCache(signer: signer, clock: clock.epochClock)
+        let metrics = TestMetrics()
+        let cache = TokenCache(signer: signer, clock: clock.epochClock, metrics: metrics)
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         signer.failing.store(true, ordering: .relaxed)
         func burst() async -> Int {
@@ -174,18 +183,19 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         clock.now.add(8, ordering: .relaxed)
         #expect(await burst() == 0)
         #expect(signer.mints.load(ordering: .relaxed) == 5)
-        #expect(await cache.errorsByReason["unavailable"] == 4)
+        #expect(signerErrors(metrics, reason: "unavailable") == 4)
     }
 
     @Test func aFailedBackgroundRefreshWaitsOutItsBackoffWhileTheTokenStaysInUse() async throws {
-        let (clock, signer, cache) = countingCache()
+        let metrics = TestMetrics()
+        let (clock, signer, cache) = countingCache(metrics: metrics)
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
         signer.failing.store(true, ordering: .relaxed)
         clock.now.add(3600 - 301, ordering: .relaxed)  // past every refresh point, still handed out
         try await withRefresher(cache) {
             for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
-            try await eventually { await cache.errorsByReason["unavailable"] == 1 }
+            try await eventually { signerErrors(metrics, reason: "unavailable") == 1 }
             for _ in 0..<50 { #expect(try await cache.token(for: vehicle) == first) }
         }
         #expect(signer.mints.load(ordering: .relaxed) == 2, "one refresh attempt, not one per request")
@@ -240,7 +250,8 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
     /// The caller minting is cancelled (its request was revoked): the callers waiting for its
     /// token are not failed with its cancellation; one of them mints instead.
     @Test func aCancelledMintHandsOverToTheCallersWaitingForIt() async throws {
-        let (_, signer, cache) = countingCache()
+        let metrics = TestMetrics()
+        let (_, signer, cache) = countingCache(metrics: metrics)
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         signer.hanging.store(true, ordering: .relaxed)
         let first = Task { try await cache.token(for: vehicle) }
@@ -258,7 +269,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         let tokens = try await waiting.value
         #expect(tokens.count == 1, "the waiters share one new token")
         #expect(signer.mints.load(ordering: .relaxed) == 2)
-        #expect(await cache.errorsByReason.isEmpty, "a cancellation is no signer failure")
+        #expect(metrics.counterTotal(label: "fleet_relay_token_errors_total") == 0, "a cancellation is no signer failure")
     }
 
     /// Nobody runs the refresher (a one-off command): a token is still replaced, by the first
@@ -275,7 +286,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
     }
 
     @Test func tokensMintedTogetherAreRefreshedAtSpreadOutTimes() async throws {
-        let (clock, _, cache) = countingCache()
+        let (clock, signer, cache) = countingCache()
         let vehicles = (0..<100).map { VehicleIdentity(kind: .vehicle, id: "v\($0)") }
         for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
         clock.now.add(3600 - 450, ordering: .relaxed)  // halfway through the refresh window
@@ -283,7 +294,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
             for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
             try await eventually { await cache.refreshesUnderWay == 0 }  // refreshes count as mints once begun
         }
-        let refreshed = await cache.mintCount - 100
+        let refreshed = signer.mints.load(ordering: .relaxed) - 100
         #expect(refreshed > 0 && refreshed < 100, "\(refreshed) of 100 refreshed halfway through the window")
     }
 

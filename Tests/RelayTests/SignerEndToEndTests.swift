@@ -4,6 +4,7 @@ import FleetModel
 import Foundation
 import HTTPServing
 import JSON
+import MetricsTestKit
 import RemoteSigners
 import Synchronization
 import Testing
@@ -172,12 +173,13 @@ extension IntegrationTests.RelayFaultTests {
         tokenService.behaviour = .wrongVehicle
         let server = try await EmulatorHost.start([tokenService])
         let signer = TokenServiceSigner(configuration: .init(url: server.baseURL + TokenServiceEmulator.path), http: SignerHTTP())
-        let tokens = TokenCache(signer: signer)
+        let metrics = TestMetrics()
+        let tokens = TokenCache(signer: signer, metrics: metrics)
         let running = try harness.startRelay(group: "relay", tokens: tokens)
         let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 3)
         try await harness.produce(generated.events.map(\.record))
         try await eventually("the relay refused tokens for every vehicle") {
-            await tokens.errorsByReason["rejected_token"] ?? 0 >= 10
+            metrics.counterTotal(label: "fleet_relay_token_errors_total", dimensions: [("signer", signer.name), ("reason", "rejected_token")]) >= 10
         }
         #expect(harness.emulator.statistics.requests == 0, "no request carried a wrong token")
         tokenService.behaviour = .normal
@@ -198,8 +200,10 @@ extension IntegrationTests.RelayFaultTests {
         let harness = try await RelayHarness(partitions: 2)
         defer { Task { await harness.shutdown() } }
         let warnings = Mutex<[String]>([])
+        let metrics = TestMetrics()
         let tokens = TokenCache(signer: LocalKeySigner(key: harness.key, lifetimeSeconds: 15),
-                                warn: { warning in warnings.withLock { $0.append(warning) } })
+                                warn: { warning in warnings.withLock { $0.append(warning) } }, metrics: metrics)
+        let mintCount = { metrics.counterTotal(label: "fleet_relay_tokens_minted_total") }
         let running = try harness.startRelay(group: "relay", tokens: tokens)
         let vehicles = (0..<4).map { "veh-\($0)" }
         var produced: [GeneratedEvents.Event] = []
@@ -207,7 +211,7 @@ extension IntegrationTests.RelayFaultTests {
         let deadline = ContinuousClock.now + .seconds(180)
         var step = Int64(0)
         let start = WallClock.nowMilliseconds()
-        while await tokens.mintCount < 3 * vehicles.count, ContinuousClock.now < deadline {
+        while mintCount() < 3 * vehicles.count, ContinuousClock.now < deadline {
             let batch = vehicles.enumerated().map { index, vehicle in
                 GeneratedEvents.Event(vehicle: vehicle, latitude: 37, longitude: -122 + Double(index) / 100,
                                       recordedAt: start + step * 200 + Int64(index))
@@ -221,7 +225,7 @@ extension IntegrationTests.RelayFaultTests {
         try await running.stop()
         let statistics = harness.emulator.statistics
         #expect(statistics.expiredTokens == 0 && statistics.responsesByStatus[401] == nil, "no request carried an expired token")
-        let minted = await tokens.mintCount
+        let minted = Int(mintCount())
         #expect(minted >= 3 * vehicles.count)
         #expect(minted * 3 < statistics.updateRequests, "\(minted) tokens for \(statistics.updateRequests) requests: reused, not minted per request")
         #expect(warnings.withLock { $0.count } == 1)
