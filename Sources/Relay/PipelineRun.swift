@@ -139,6 +139,11 @@ public final class PipelineRun: Sendable {
                 let read = await readUntilStopped(feed)
                 currentPhase.store(.finishing, ordering: .relaxed)
                 if case .success(true) = read, await finishInput(&work) { return .success(.inputEnded) }
+                if case .failure = read {  // the error itself is reported where it is thrown to
+                    logger.warning("Reading records failed: finishing in-flight work for up to \(shutdownTimeout)")
+                } else {
+                    logger.info("Shutting down: finishing in-flight work for up to \(shutdownTimeout)")
+                }
                 let abandoned = await drain(&work)
                 return read.map { _ in .stopped(abandoned: abandoned) }
             }
@@ -184,7 +189,6 @@ public final class PipelineRun: Sendable {
     /// the shutdown timeout. Queued records stay uncommitted: the next owner of their
     /// partitions reads them again. Returns whether work was abandoned.
     private func drain(_ work: inout TaskGroup<WorkEvent>) async -> Bool {
-        logger.info("Shutting down: finishing in-flight work for up to \(shutdownTimeout)")
         driver.closeIntake()  // pauses every partition
         let timeout = shutdownTimeout
         work.addTask {

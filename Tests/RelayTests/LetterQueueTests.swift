@@ -1,3 +1,4 @@
+import Foundation
 import FleetEngine
 import Kafka
 @testable import Relay
@@ -87,10 +88,13 @@ import Testing
         #expect(FailureCause.transport(.tls).isConfiguration && !FailureCause.status(503).isConfiguration)
     }
 
-    @Test func deadLetterReasonsAreTheirHeadersAndLabels() {
+    @Test func deadLetterReasonsAreTheirHeadersAndLabels() throws {
         let labels = DeadLetterReason.allCases.map(\.rawValue)
         #expect(Set(labels).count == labels.count, "one label per reason")
         #expect(labels.contains("not_json") && labels.contains("vehicle_not_found") && labels.contains("retry_deadline_exceeded"))
-        #expect(DeadLetterReason.allCases.allSatisfy { DeadLetterReason(rawValue: $0.rawValue) == $0 })
+        let readme = try String(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("README.md"), encoding: .utf8)
+        let undocumented = labels.filter { !readme.contains("`\($0)`") }
+        #expect(undocumented.isEmpty, "dead-letter reasons the README does not name: \(undocumented)")
     }
 }
