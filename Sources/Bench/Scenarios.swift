@@ -290,6 +290,9 @@ struct Scenarios {
         report.add(section, "after the producer stopped: time to drain the lag", drainTime, "s")
         report.add(section, "events still uncommitted in Kafka then (not lost)", Double(left), "events")
         report.add(section, "events lost", lost, "events")
+        report.add(section, "fixes received, each time it arrived", delta(after, before, "locations_received"), "fixes",
+                   ratio: delta(after, before, "locations_received") / max(delta(after, before, "distinct_fixes_received"), 1),
+                   of: "distinct fixes received")
         if plan.reportsTokens {
             report.add("tokens", "tokens minted during steady state", minted, "tokens", ratio: minted / Double(vehicles), of: "vehicles")
             report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
