@@ -98,6 +98,14 @@ struct Probes {
     }
 }
 
+extension Probes {
+    /// Records the topic holds: its high watermarks, summed over its partitions.
+    func recordsInKafka(topic: String, partitions: Int, group: String) async throws -> Int64 {
+        let inspector = try inspectors.inspector(for: group, kafka: kafka, logger: logger)
+        return try await inspector.highWatermarks(topic: topic, partitions: partitions).values.reduce(0, +)
+    }
+}
+
 /// Waits until `condition` holds, polling every `interval`; false at the deadline.
 func waitUntil(timeout: Duration, interval: Duration = .milliseconds(100), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
