@@ -6,9 +6,10 @@
   (resources, namespace, labels, images, strategic-merge patches with $patch: delete),
   and every rendered object, plus the Job manifests, is validated with kubernetes-validate
   (strict) against the given Kubernetes version. CRDs without a published schema
-  (ServiceMonitor) are checked by hand below.
+  (ServiceMonitor, KEDA's ScaledObject) are checked by hand below.
 - Cross-checks: selectors match the pods they select, the grace period outlasts the relay's
-  shutdown timeout, the key Secret is mounted read-only with mode 0400.
+  shutdown timeout, the key Secret is mounted read-only with mode 0400, and KEDA's ScaledObject
+  scales the relay on the lag of the group and topic the relay reads, never past the partitions.
 
 With --print-env KUSTOMIZATION, prints the relay container's arguments and environment
 (ConfigMap values and env) as JSON instead: the smoke test starts the binary with them.
@@ -163,6 +164,11 @@ def cross_check(name, objects):
             ports = {p["name"] for s in objects if s["kind"] == "Service" for p in s["spec"]["ports"]}
             if any(e["port"] not in ports for e in obj["spec"]["endpoints"]):
                 problem(f"{name}: ServiceMonitor names a port no Service has")
+        if kind == "ScaledObject":
+            check_scaled_object(name, obj, deployment, environment)
+    autoscalers = [o for o in objects if o["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")]
+    if len(autoscalers) > 1:
+        problem(f"{name}: {len(autoscalers)} autoscalers drive one Deployment and would fight")
     grace = deployment["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
     shutdown = duration_seconds(environment.get("FLEET_RELAY_SHUTDOWN_TIMEOUT", "20s"))
     if grace <= shutdown:
@@ -174,12 +180,52 @@ def cross_check(name, objects):
         problem(f"{name}: the relay has neither a key file nor a remote signer")
 
 
+SCALED_OBJECT_FIELDS = {"apiVersion", "kind", "metadata", "spec"}
+SCALED_OBJECT_SPEC = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod",
+                      "advanced", "triggers", "idleReplicaCount", "fallback"}
+KAFKA_TRIGGER = {"bootstrapServers", "consumerGroup", "topic", "lagThreshold", "activationLagThreshold",
+                 "offsetResetPolicy", "allowIdleConsumers", "scaleToZeroOnInvalidOffset", "excludePersistentLag",
+                 "limitToPartitionsWithLag", "version", "partitionLimitation", "sasl", "tls"}
+
+
+def check_scaled_object(name, obj, deployment, environment):
+    """KEDA's ScaledObject (keda.sh/v1alpha1) by hand: known fields, the relay as its target, and a
+    Kafka trigger on the relay's own brokers, group and topic that never exceeds the partitions."""
+    label = f"{name}: ScaledObject {obj['metadata']['name']}"
+    spec = obj.get("spec", {})
+    for unknown in (set(obj) - SCALED_OBJECT_FIELDS) | (set(spec) - SCALED_OBJECT_SPEC):
+        problem(f"{label} has an unknown field {unknown}")
+    target = spec.get("scaleTargetRef", {})
+    if target.get("name") != deployment["metadata"]["name"] or target.get("kind", "Deployment") != "Deployment":
+        problem(f"{label} does not target the relay's Deployment")
+    minimum, maximum = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+    if not (isinstance(minimum, int) and isinstance(maximum, int) and 1 <= minimum <= maximum):
+        problem(f"{label}: replica counts must be integers with 1 <= minReplicaCount <= maxReplicaCount")
+    triggers = spec.get("triggers", [])
+    if [t.get("type") for t in triggers] != ["kafka"]:
+        problem(f"{label} must scale on one kafka trigger (consumer lag)")
+        return
+    metadata = triggers[0].get("metadata", {})
+    for unknown in set(metadata) - KAFKA_TRIGGER:
+        problem(f"{label}: the kafka trigger has an unknown field {unknown}")
+    for field, variable in (("bootstrapServers", "FLEET_RELAY_BROKERS"), ("consumerGroup", "FLEET_RELAY_GROUP"),
+                            ("topic", "FLEET_RELAY_TOPIC")):
+        if metadata.get(field) != environment.get(variable):
+            problem(f"{label}: the trigger's {field} {metadata.get(field)!r} is not the relay's {variable} {environment.get(variable)!r}")
+    if metadata.get("allowIdleConsumers", "false") != "false":
+        problem(f"{label}: allowIdleConsumers would scale past the partition count, where replicas sit idle")
+    if not str(metadata.get("lagThreshold", "")).isdigit():
+        problem(f"{label}: lagThreshold must be a whole number of records, as a string")
+    if metadata.get("offsetResetPolicy") != "earliest":
+        problem(f"{label}: offsetResetPolicy must be earliest, as the relay's auto.offset.reset is")
+
+
 def service_labels(objects):
     return next(o["metadata"].get("labels", {}) for o in objects if o["kind"] == "Service")
 
 
 def validate(objects, version, label):
-    checkable = [o for o in objects if o["apiVersion"] != "monitoring.coreos.com/v1"]
+    checkable = [o for o in objects if o["apiVersion"] not in ("monitoring.coreos.com/v1", "keda.sh/v1alpha1")]
     with tempfile.TemporaryDirectory() as scratch:
         paths = []
         for index, obj in enumerate(checkable):

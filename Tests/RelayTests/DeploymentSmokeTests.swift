@@ -34,7 +34,7 @@ extension IntegrationTests {
             ?? IntegrationTests.CommandLineTests.binary
     }
 
-    @Test(arguments: ["k8s/base", "k8s/overlays/workload-identity"])
+    @Test(arguments: ["k8s/base", "k8s/overlays/workload-identity", "k8s/overlays/keda-lag"])
     func theManifestsConfigurationRunsTheRelay(_ kustomization: String) async throws {
         let rendered = try await Self.render(kustomization)
         #expect(rendered.arguments == ["run"])
