@@ -212,14 +212,12 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Every update left unprocessed above a GOAWAY's last stream, in order (reads left out).
     public var withheldUpdates: [WithheldUpdate] {
         let withheld = server.withLock { $0?.statistics.withheldRequests } ?? []
-        return withheld.compactMap { request in
-            let parts = request.uri.split(separator: "?", maxSplits: 1)
-            let segments = parts[0].split(separator: "/").map(String.init)  // v1, providers, provider, collection, id
-            let mask = parts.dropFirst().first?.split(separator: "&").first { $0.hasPrefix("updateMask=") }?.dropFirst("updateMask=".count)
-            guard segments.count == 5, let kind = Self.kind(collection: segments[3]), let id = segments[4].removingPercentEncoding,
-                  let mask, let update = try? UpdateBodyValidator.validate(body: request.body, updateMask: String(mask).removingPercentEncoding)
+        return withheld.compactMap { withheld in
+            let request = withheld.request
+            guard let target = Self.target(of: request.path),
+                  let update = try? UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])
             else { return nil }
-            return WithheldUpdate(vehicle: VehicleIdentity(kind: kind, id: id), fixTime: update.locationTimeMilliseconds, at: request.at)
+            return WithheldUpdate(vehicle: target.vehicle, fixTime: update.locationTimeMilliseconds, at: withheld.at)
         }
     }
 
@@ -316,15 +314,11 @@ public final class FleetEngineEmulator: EmulatedService {
         if !state.withLock({ $0.quota.admit(perSecond: $0.plan.quotaPerSecond, now: .now) }) {
             return Self.error(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests' of service 'fleetengine.googleapis.com'.")
         }
-        let segments = request.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        // ["", "v1", "providers", provider, collection, id]
-        guard segments.count == 6, segments[0].isEmpty, segments[1] == "v1", segments[2] == "providers",
-            let kind = Self.kind(collection: segments[4]), let id = segments[5].removingPercentEncoding, !id.isEmpty
-        else { return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)") }
-        let vehicle = VehicleIdentity(kind: kind, id: id)
-        let expectedMethod = kind == .vehicle ? "PUT" : "PATCH"
+        guard let target = Self.target(of: request.path) else { return Self.error(404, "NOT_FOUND", "No such resource: \(request.path)") }
+        let vehicle = target.vehicle
+        let expectedMethod = vehicle.kind == .vehicle ? "PUT" : "PATCH"
         guard request.method == "GET" || request.method == expectedMethod else {
-            return Self.error(405, "METHOD_NOT_ALLOWED", "\(request.method) is not supported on \(segments[4]).")
+            return Self.error(405, "METHOD_NOT_ALLOWED", "\(request.method) is not supported on \(target.collection).")
         }
         if recordsHistory, let token = request.bearerToken { state.withLock { _ = $0.receivedTokens.insert(token) } }
         switch verifier.verify(authorizationHeader: request.header("Authorization"), vehicle: vehicle) {
@@ -337,8 +331,8 @@ public final class FleetEngineEmulator: EmulatedService {
         if let token = request.bearerToken, state.withLock({ $0.revokedTokens.contains(token) }) {
             return Self.error(401, "UNAUTHENTICATED", "The token was revoked.")
         }
-        guard segments[3].removingPercentEncoding == provider else {
-            return Self.error(403, "PERMISSION_DENIED", "Provider \(segments[3]) is not this project.")
+        guard target.provider.removingPercentEncoding == provider else {
+            return Self.error(403, "PERMISSION_DENIED", "Provider \(target.provider) is not this project.")
         }
         return request.method == "GET" ? get(vehicle) : update(vehicle, request)
     }
@@ -475,6 +469,16 @@ public final class FleetEngineEmulator: EmulatedService {
         return body.json
     }
 
+    /// What a path `/v1/providers/{provider}/{collection}/{id}` names; nil for any other path.
+    private static func target(of path: String) -> (provider: String, collection: String, vehicle: VehicleIdentity)? {
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // ["", "v1", "providers", provider, collection, id]
+        guard segments.count == 6, segments[0].isEmpty, segments[1] == "v1", segments[2] == "providers",
+              let kind = kind(collection: segments[4]), let id = segments[5].removingPercentEncoding, !id.isEmpty
+        else { return nil }
+        return (segments[3], segments[4], VehicleIdentity(kind: kind, id: id))
+    }
+
     private static func kind(collection: String) -> VehicleKind? {
         switch collection {
         case "vehicles": .vehicle
@@ -529,4 +533,3 @@ struct QuotaBucket {
         return true
     }
 }
-

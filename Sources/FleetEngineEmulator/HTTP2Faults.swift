@@ -106,9 +106,9 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
         closeAfterGrace()
     }
 
-    func requestArrived(on id: HTTP2StreamID?, uri: String, body: [UInt8]) -> HTTP2RequestFate {
+    func requestArrived(_ request: HTTPRequest, on id: HTTP2StreamID?) -> HTTP2RequestFate {
         if let last = withholdingAbove, let id, id > last {
-            statistics.noteWithheld(uri: uri, body: body)
+            statistics.noteWithheld(request)
             return .withhold
         }
         if behaviour.resetShare > 0, Double.random(in: 0..<1) < behaviour.resetShare {
@@ -120,8 +120,8 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
             return .refuse
         }
         if let every = behaviour.goAwayBelowEveryRequests, (requests + 1) % every == 0, !goingAway, let id, id > highestAnswered {
-            goAwayBelow(id)
-            statistics.noteWithheld(uri: uri, body: body)
+            goAwayBelow()
+            statistics.noteWithheld(request)
             return .withhold
         }
         countRequest()
@@ -129,12 +129,12 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
         return .answer
     }
 
-    /// GOAWAY naming the highest stream answered so far as the last processed: `id` and every
-    /// stream above the last, open now or opened before the client hears of it, are left for
+    /// GOAWAY naming the highest stream answered so far as the last processed: the request that
+    /// triggered it and every stream above the last, open now or opened before the client hears of it, are left for
     /// the client to send again, and counted. Streams below it are still answered. The GOAWAY
     /// goes beneath SwiftNIO's state machine, which would refuse the later streams unseen. The
     /// connection closes after a grace period.
-    private func goAwayBelow(_ id: HTTP2StreamID) {
+    private func goAwayBelow() {
         goingAway = true
         withholdingAbove = highestAnswered
         statistics.count(\.goAwaysSent)

@@ -18,10 +18,9 @@ public final class HTTPServerStatistics: Sendable {
         public var streamsReset = 0
     }
 
-    /// A request the server left unprocessed, as it arrived.
+    /// A request the server left unprocessed, and when.
     public struct WithheldRequest: Sendable {
-        public let uri: String
-        public let body: [UInt8]
+        public let request: HTTPRequest
         public let at: ContinuousClock.Instant
     }
 
@@ -32,8 +31,8 @@ public final class HTTPServerStatistics: Sendable {
     /// time how soon the client sent each again.
     public var withheldRequests: [WithheldRequest] { withheld.withLock { $0 } }
 
-    public func noteWithheld(uri: String, body: [UInt8]) {
-        withheld.withLock { $0.append(WithheldRequest(uri: uri, body: body, at: .now)) }
+    public func noteWithheld(_ request: HTTPRequest) {
+        withheld.withLock { $0.append(WithheldRequest(request: request, at: .now)) }
     }
 
     public var current: Counts { counts.withLock { $0 } }

@@ -66,7 +66,9 @@ final class RequestHandler: ChannelInboundHandler {
                 statistics.count(\.http1Requests)
             case .http2(let observer):
                 statistics.count(\.http2Requests)
-                switch observer?.requestArrived(on: Self.streamID(of: context), uri: head.uri, body: body) ?? .answer {
+                let arrived = observer.map { $0.requestArrived(Self.request(from: head, body: body, connection: connection),
+                                                               on: Self.streamID(of: context)) }
+                switch arrived ?? .answer {
                 case .answer: break
                 case .reset:
                     // Closing a stream channel sends RST_STREAM; the request is not applied.
@@ -154,7 +156,7 @@ public protocol HTTP2ConnectionObserver: AnyObject, Sendable {
     func streamClosed(_ id: HTTP2StreamID?)
     /// A request arrived whole on a stream: answer it, or leave it unprocessed one of the ways
     /// a server may.
-    func requestArrived(on id: HTTP2StreamID?, uri: String, body: [UInt8]) -> HTTP2RequestFate
+    func requestArrived(_ request: HTTPRequest, on id: HTTP2StreamID?) -> HTTP2RequestFate
 }
 
 public enum HTTP2RequestFate: Sendable {

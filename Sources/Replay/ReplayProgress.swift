@@ -1,3 +1,4 @@
+import AsyncAlgorithms
 import Foundation
 import Logging
 import Synchronization
@@ -46,7 +47,7 @@ public final class ReplayProgress: Sendable {
         let interval = style == .bar ? Duration.milliseconds(250) : logInterval
         let outcome: Swift.Result<Result, Failure> = await withTaskGroup(of: Void.self) { ticker in
             ticker.addTask {
-                while (try? await Task.sleep(for: interval)) != nil { self.render(final: false) }
+                for await _ in AsyncTimerSequence(interval: interval, clock: .continuous) { self.render(final: false) }
             }
             defer { ticker.cancelAll() }
             do throws(Failure) {

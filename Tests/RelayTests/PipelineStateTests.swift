@@ -76,6 +76,26 @@ import Testing
         #expect(core.state.lastCommittedOffsets == [core.partition(0): 1], "a late answer still tells a kept partition's position")
     }
 
+    /// Kafka refuses the order as it is handed over, inside the timer's turn: that is its answer,
+    /// nothing is committed, and it is ordered again one interval later.
+    @Test func aCommitRefusedAsItIsHandedOverIsOrderedAgain() throws {
+        let core = Core(limits: .init(commitInterval: .seconds(1)))
+        core.consume([core.fix("a", at: 1, offset: 0)])
+        core.complete(try #require(core.request()), .accepted)
+        var handed: [CommitOrder] = []
+        core.observe(core.state.deadlineReached(now: core.now) { order in
+            handed.append(order)
+            return "Local: No offset stored"
+        })
+        #expect(handed.map(\.offsets) == [[core.offset(0, 1)]])
+        #expect(core.commitFailures == ["Local: No offset stored"])
+        #expect(core.state.lastCommittedOffsets.isEmpty)
+        #expect(core.state.nextDeadline == core.start + .seconds(1), "again one interval after the refused order")
+        core.now = core.start + .seconds(1)
+        core.observe(core.state.deadlineReached(now: core.now))
+        #expect(core.commits.last?.offsets == [core.offset(0, 1)] && core.commits.last?.id != handed[0].id)
+    }
+
     /// A commit's answer arrives after its partition was revoked, or revoked and assigned to
     /// this member again: it says nothing about the partition as it is now owned.
     @Test func aCommitAnswerForARevokedOrReassignedPartitionChangesNothing() throws {

@@ -547,3 +547,18 @@ extension IntegrationTests {
     }
 }
 }
+
+/// The replay's progress, logged as lines: a line comes every interval while a phase runs (the
+/// ticker is a timer sequence, not a task that sleeps), and the ticker ends with the phase.
+@Suite struct ReplayProgressTests {
+    @Test func aLineIsLoggedEveryIntervalWhileAPhaseRuns() async throws {
+        let logs = CapturedLogs()
+        let progress = ReplayProgress(style: .logLines, logInterval: .milliseconds(20), logger: logs.logger)
+        try await progress.phase("read", total: 10, unit: "records") {
+            try await eventually("three lines while the phase runs") {
+                logs.lines.count { $0.contains("Replay read") } >= 3
+            }
+        }
+        // `phase` returned: its task group waited for the ticker, so the ticker ended with it.
+    }
+}

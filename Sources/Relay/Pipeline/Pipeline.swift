@@ -81,12 +81,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
     /// owner's offset. The enqueue neither blocks nor calls back into the pipeline.
     private func deadlineReached() -> (Actions, CommitDeadline) {
         lock.lock()
-        var (actions, commit) = state.deadlineReached(now: .now)
-        if let order = commit.order, let issueCommit, let refusal = issueCommit(order) {
-            let answered = state.commitAnswered(order, failure: refusal, now: .now)
-            commit.failure = refusal
-            actions.wakeTimer = actions.wakeTimer || answered.wakeTimer
-        }
+        let (actions, commit) = state.deadlineReached(now: .now, issueCommit: issueCommit ?? { _ in nil })
         return (unlock(after: actions), commit)
     }
 

@@ -155,6 +155,7 @@ public struct AttemptAftermath: Sendable, Equatable {
 public struct CommitDeadline: Sendable, Equatable {
     /// Offsets to commit now (the commit interval came round and something finished).
     public var order: CommitOrder?
-    /// Why the last commit failed (no answer in time); it is ordered again.
+    /// Why the commit failed: refused as it was handed to Kafka, or the last one not answered in
+    /// time. It is ordered again.
     public var failure: String?
 }

@@ -341,8 +341,10 @@ public struct PipelineState<Waiter> {
     }
 
     /// The timer woke: vehicles whose time came are scheduled, idle vehicles forgotten, letters
-    /// ordered again, a commit ordered.
-    public mutating func deadlineReached(now: ContinuousClock.Instant) -> (Actions, CommitDeadline) {
+    /// ordered again, a commit ordered. `issueCommit` hands the order to Kafka within this turn
+    /// (see `Pipeline.deadlineReached`); a refusal it returns is the commit's answer at once.
+    public mutating func deadlineReached(now: ContinuousClock.Instant,
+                                         issueCommit: (CommitOrder) -> String? = { _ in nil }) -> (Actions, CommitDeadline) {
         timer.woke()
         pacing.deadlineReached(now: now)
         var actions = Actions()
@@ -352,7 +354,11 @@ public struct PipelineState<Waiter> {
             vehicles.forgetIdleVehicles(idleFor: limits.vehicleIdleLimit, now: now)
         }
         orderDueLetters(now: now, &actions)
-        let (order, failure) = ledger.commitIfDue(now: now)
+        var (order, failure) = ledger.commitIfDue(now: now)
+        if let order, let refusal = issueCommit(order) {
+            if let due = ledger.commitAnswered(order, failure: refusal, now: now) { wakeTimer(for: due, &actions) }
+            failure = refusal
+        }
         serveWaiters(now: now, &actions)
         updateHolding(now: now, &actions)
         return (finished(actions), CommitDeadline(order: order, failure: failure))
