@@ -23,6 +23,9 @@ public struct CoalescedRequest: Sendable {
     /// the forwarder sends nothing more then.
     public internal(set) var revocations: [Revocation] = []
 
+    /// Requests the attempt makes at most: the update, after a live-location read when asked.
+    public var requestsAtMost: Int { liveCheckEpoch == nil ? 1 : 2 }
+
     /// Every record the request settles, computed once: it is read several times per request.
     public let sources: [RecordSource]
     /// The partitions (and their assignment generations) whose records the request settles.

@@ -37,6 +37,11 @@ public enum DeliveryOutcome: Sendable, Equatable {
     case abandoned
     /// No token, no answer, or an answer worth retrying: try again after a backoff.
     case retry(TransientFailure)
+
+    /// Fleet Engine answered 429: the project's quota.
+    public var isThrottle: Bool {
+        if case .retry(let failure) = self { failure.isThrottle } else { false }
+    }
 }
 
 /// The outcome of a delivery and what it learnt about Fleet Engine's state.
@@ -51,11 +56,20 @@ public struct Delivery: Sendable, Equatable {
     /// How long Fleet Engine took to answer the attempt's last call (the update, or the live
     /// read that found the update stale); nil when none was answered.
     public var fleetEngineLatency: Duration?
+    /// Requests sent to Fleet Engine (a live-location read, an update, an update sent again with
+    /// a fresh token), and how many of them it answered: what the attempt spent of the quota.
+    public var requestsSent = 0
+    public var requestsAnswered = 0
 
     public init(outcome: DeliveryOutcome, newestKnownMilliseconds: Int64? = nil, liveChecked: Bool = false) {
         self.outcome = outcome
         self.newestKnownMilliseconds = newestKnownMilliseconds
         self.liveChecked = liveChecked
+    }
+
+    mutating func countRequest(answered: Bool) {
+        requestsSent += 1
+        if answered { requestsAnswered += 1 }
     }
 }
 
@@ -110,6 +124,7 @@ public struct UpdateForwarder: Sendable {
         while true {
             let started = ContinuousClock.now
             let response = await client.send(update, token: token)
+            delivery.countRequest(answered: response.status != 0)
             if Task.isCancelled { return delivery }  // shutdown ended it: says nothing about Fleet Engine
             delivery.fleetEngineLatency = .now - started
             statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
@@ -173,6 +188,7 @@ public struct UpdateForwarder: Sendable {
     private func checkLive(_ update: VehicleLocationUpdate, token: String, _ delivery: inout Delivery) async -> Bool {
         let started = ContinuousClock.now
         let live = await liveLocation(of: update.vehicle, token: token)
+        delivery.countRequest(answered: live.wasAnswered)
         if Task.isCancelled { return false }
         delivery.fleetEngineLatency = .now - started
         countLiveCheck(live, update)
@@ -202,6 +218,10 @@ public struct UpdateForwarder: Sendable {
         case refused(LiveReadRefusal, message: String)
         /// Cause and detail: worth retrying.
         case unavailable(FailureCause, String)
+
+        var wasAnswered: Bool {
+            if case .unavailable(.transport, _) = self { false } else { true }
+        }
     }
 
     /// Why Fleet Engine would not tell a vehicle's live location, named as in the metric.

@@ -138,7 +138,7 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Forget a vehicle with nothing to send for this long, so memory follows active vehicles; its next fix re-reads its live location first.")
     var vehicleIdleTimeout = DurationArgument(argument: "5m")!
 
-    @Option(help: "Fleet Engine attempts started per second at most (each an update, plus a live-location read for a vehicle's first after an assignment): this relay's share of a known project quota. Default: none; requests in flight adapt to Fleet Engine's throttling either way.")
+    @Option(help: "Fleet Engine requests per second at most, live-location reads and updates alike: a hard ceiling, e.g. this relay's share of a known project quota. Default: none; beneath it the relay paces at the rate Fleet Engine admits, learnt from its 429s.")
     var maxRequestsPerSecond: Double?
 
     @Option(help: "First retry delay in milliseconds (exponential backoff with full jitter).")

@@ -50,8 +50,8 @@ struct ReplayCommand: AsyncParsableCommand {
     var partitions: String?
 
     @Option(name: [.customLong("rate"), .customLong("max-requests-per-second")],
-            help: "Update requests per second at most, as run's --max-requests-per-second (a token bucket; 429s also shrink the requests in flight). 0: unlimited.")
-    var rate: Double = 50
+            help: "Fleet Engine requests per second at most, as run's --max-requests-per-second: each replayed update also reads the live location first, so 100 is 50 updates a second. Beneath it the replay paces at the rate Fleet Engine admits, learnt from its 429s. 0: no ceiling.")
+    var rate: Double = 100
 
     @Flag(help: "Read the window and print what would be sent, without calling Fleet Engine.")
     var dryRun = false

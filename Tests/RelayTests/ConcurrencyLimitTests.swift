@@ -11,23 +11,24 @@ import Testing
 
     func at(_ milliseconds: Int) -> ContinuousClock.Instant { start + .milliseconds(milliseconds) }
 
-    @Test func a429ShrinksTheLimitOncePerRoundAndAnsweredRoundsGrowItBack() {
+    @Test func anOverloadedRoundShrinksTheLimitOnceAndAnsweredRoundsGrowItBack() {
         var limit = ConcurrencyLimit(settings: .init(maximum: 40))
         #expect(limit.record(.answered(latency: .milliseconds(50)), startedAt: at(0), saturated: true, now: at(50)) == nil)
         #expect(limit.limit == 40, "never above --max-in-flight")
-        #expect(limit.record(.throttled, startedAt: at(10), saturated: true, now: at(60)) == .throttlingBegan(limit: 36, cause: .quota))
-        #expect(limit.record(.throttled, startedAt: at(20), saturated: true, now: at(70)) == nil)
-        #expect(limit.limit == 36, "an attempt sent before the decrease says nothing about the new limit")
-        _ = limit.record(.throttled, startedAt: at(80), saturated: true, now: at(130))
-        #expect(limit.limit == 32)
-        for attempt in 0..<32 {
+        var changes: [ConcurrencyLimit.Change] = []
+        for attempt in 0..<79 {
+            if let change = limit.record(.overloaded, startedAt: at(10), saturated: true, now: at(60 + attempt)) { changes.append(change) }
+        }
+        #expect(changes == [.overloadBegan(limit: 36, cause: .overloaded)])
+        #expect(limit.limit == 36, "a round of attempts sent before the decrease says nothing about the new limit")
+        for attempt in 0..<37 {
             _ = limit.record(.answered(latency: .milliseconds(50)), startedAt: at(140 + attempt), saturated: true, now: at(200 + attempt))
         }
-        #expect(limit.limit == 33, "one step per round of answered attempts")
+        #expect(limit.limit == 37, "one step per round of answered attempts")
         for attempt in 0..<100 {
             _ = limit.record(.answered(latency: .milliseconds(50)), startedAt: at(300 + attempt), saturated: false, now: at(400 + attempt))
         }
-        #expect(limit.limit == 33, "attempts that never reached the limit show nothing about a higher one")
+        #expect(limit.limit == 37, "attempts that never reached the limit show nothing about a higher one")
     }
 
     /// 503s from a few vehicles Fleet Engine keeps refusing are no throttle; most attempts
@@ -38,13 +39,13 @@ import Testing
             let signal: ConcurrencyLimit.Signal = attempt % 10 == 0 ? .overloaded : .answered(latency: .milliseconds(50))
             #expect(limit.record(signal, startedAt: at(attempt), saturated: true, now: at(attempt + 50)) == nil)
         }
-        #expect(limit.limit == 20 && !limit.isThrottling)
+        #expect(limit.limit == 20 && !limit.isOverloaded)
         var changes: [ConcurrencyLimit.Change] = []
         for attempt in 200..<220 {
             let signal: ConcurrencyLimit.Signal = attempt % 10 < 6 ? .overloaded : .answered(latency: .milliseconds(50))
             if let change = limit.record(signal, startedAt: at(attempt), saturated: true, now: at(attempt + 50)) { changes.append(change) }
         }
-        #expect(changes == [.throttlingBegan(limit: 18, cause: .overloaded)])
+        #expect(changes == [.overloadBegan(limit: 18, cause: .overloaded)])
     }
 
     @Test func latencyWellAboveItsBaselineShrinksTheLimit() {
@@ -57,17 +58,17 @@ import Testing
         for attempt in 300..<340 where change == nil {
             change = limit.record(.answered(latency: .milliseconds(400)), startedAt: at(attempt), saturated: true, now: at(attempt + 400))
         }
-        #expect(change == .throttlingBegan(limit: 18, cause: .latency))
+        #expect(change == .overloadBegan(limit: 18, cause: .latency))
     }
 
-    @Test func throttlingEndsOnceAQuietPeriodPassedWithoutAThrottle() {
+    @Test func overloadEndsOnceAQuietPeriodPassedWithoutADecreaseCause() {
         var limit = ConcurrencyLimit(settings: .init(maximum: 10))
-        _ = limit.record(.throttled, startedAt: at(0), saturated: true, now: at(10))
-        #expect(limit.isThrottling)
+        for attempt in 0..<10 { _ = limit.record(.overloaded, startedAt: at(0), saturated: true, now: at(1 + attempt)) }
+        #expect(limit.isOverloaded)
         #expect(limit.record(.answered(latency: .milliseconds(5)), startedAt: at(20), saturated: true, now: at(5_000)) == nil)
         #expect(limit.record(.answered(latency: .milliseconds(5)), startedAt: at(10_020), saturated: true, now: at(10_030))
-            == .throttlingEnded(lasted: .milliseconds(10_020), limit: 9))
-        #expect(!limit.isThrottling)
+            == .overloadEnded(lasted: .milliseconds(10_020), limit: 9))
+        #expect(!limit.isOverloaded)
     }
 
     @Test func theBudgetHoldsItsRateAndSaysWhenTheNextTokenComes() {
@@ -94,12 +95,36 @@ import Testing
         var handed: [CoalescedRequest] = []
         for worker in 0..<4 { handed += state.requestWork(worker, now: start).resume.compactMap(\.request) }
         #expect(handed.count == 2)
-        let throttled = Delivery(outcome: .retry(TransientFailure(cause: .status(429), detail: "")))
-        let (actions, aftermath) = state.complete(handed[0], throttled, now: at(50), random: { $0.lowerBound })
-        #expect(aftermath.concurrencyLimit == 1 && aftermath.throttling == .throttlingBegan(limit: 1, cause: .quota))
-        #expect(actions.resume.isEmpty, "one attempt is still under way: the limit is reached")
+        let (actions, aftermath) = state.complete(handed[0], Self.throttledUpdate, now: at(50), random: { $0.lowerBound })
+        #expect(aftermath.concurrencyLimit == nil && aftermath.overload == nil, "a 429 is a rate, not a limit in flight")
+        #expect(actions.resume.map(\.request?.update.vehicle.id) == ["v0"], "the throttled vehicle keeps its place")
         let answered = state.complete(handed[1], Delivery(outcome: .accepted, newestKnownMilliseconds: 1, liveChecked: true), now: at(60))
         #expect(answered.0.resume.count == 1)
+    }
+
+    /// An update refused with 429 after its read: 2 requests sent, the read admitted.
+    static var throttledUpdate: Delivery {
+        var delivery = Delivery(outcome: .retry(TransientFailure(cause: .throttled, detail: "")), liveChecked: true)
+        (delivery.requestsSent, delivery.requestsAnswered) = (2, 2)
+        return delivery
+    }
+
+    /// A 429 begins pacing at the rate admitted; the throttled vehicle goes first again, without
+    /// reading its live location twice, and the others wait for the rate's tokens as a deadline.
+    @Test func a429PacesTheRestAndTheThrottledVehicleKeepsItsPlace() throws {
+        var state = PipelineState<Int>(limits: PipelineLimits(), now: start)
+        _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
+        _ = state.consume((0..<40).map { Self.fix("v\($0)", offset: Int64($0)) }, now: start)
+        let first = try #require(state.requestWork(0, now: start).resume.first?.request)
+        #expect(first.requestsAtMost == 2, "a first request reads the live location")
+        let (_, aftermath) = state.complete(first, Self.throttledUpdate, now: at(100), random: { $0.lowerBound })
+        #expect(aftermath.pacing == .began(rate: 9), "one request admitted in 100 ms: 10/s, cut to 90 %")
+        let again = try #require(state.requestWork(1, now: at(100)).resume.first?.request)
+        #expect(again.update.vehicle.id == "v0" && again.requestsAtMost == 1, "first again, its read still holds")
+        var handed = 1
+        for worker in 2..<40 { handed += state.requestWork(worker, now: at(100)).resume.count }
+        #expect(handed < 5, "the others wait for the rate: \(handed)")
+        #expect(state.nextDeadline < at(1_000), "the next token is a deadline")
     }
 
     /// Vehicles answered 503 while most vehicles are fine leave the limit alone, even when they
@@ -116,7 +141,7 @@ import Testing
         }
         func observe<Caused>(_ step: (PipelineActions<Int>, Caused)) {
             observe(step.0)
-            if let change = (step.1 as? AttemptAftermath)?.throttling { changes.append(change) }
+            if let change = (step.1 as? AttemptAftermath)?.overload { changes.append(change) }
         }
         for worker in 0..<8 { observe(state.requestWork(worker, now: now)) }
         _ = state.assign([TopicPartition(topic: "t", partition: 0)], generation: 1)
@@ -143,7 +168,7 @@ import Testing
         // Now Fleet Engine answers 503 for every vehicle: most fail, and the limit shrinks.
         observe(state.consume((2..<10).map { Self.fix("v\($0)", offset: 10 + Int64($0), at: 2) }, now: now))
         for _ in 0..<6 { round { _ in true } }
-        #expect(changes.first == .throttlingBegan(limit: 7, cause: .overloaded) && changes.count == 1, "\(changes)")
+        #expect(changes.first == .overloadBegan(limit: 7, cause: .overloaded) && changes.count == 1, "\(changes)")
         #expect(state.concurrencyLimit! < 7, "a decrease per round while most vehicles fail")
     }
 
@@ -155,8 +180,8 @@ import Testing
         _ = state.consume((0..<3).map { Self.fix("v\($0)", offset: Int64($0)) }, now: start)
         #expect(state.requestWork(0, now: start).resume.count == 1)
         #expect(state.requestWork(1, now: start).resume.isEmpty)
-        #expect(state.nextDeadline == at(100), "the next token is a deadline")
-        #expect(state.deadlineReached(now: at(100)).0.resume.map(\.waiter) == [1])
+        #expect(state.nextDeadline == at(200), "the next token is a deadline, after the first attempt's read and update")
+        #expect(state.deadlineReached(now: at(200)).0.resume.map(\.waiter) == [1])
     }
 
     static func fix(_ vehicle: String, offset: Int64, at milliseconds: Int64 = 1) -> ConsumedRecord {

@@ -248,7 +248,7 @@ import Testing
     /// An outage begins when more than half the vehicles held fail at Fleet Engine and ends
     /// once at most a third do; a signer failure begins none.
     @Test func anOutageBeginsAtMostVehiclesAndEndsAtAThird() {
-        var pacing = Pacing(concurrency: nil, maximumRequestsPerSecond: nil, now: start)
+        var pacing = Pacing(concurrency: nil, learnedRate: nil, maximumRequestsPerSecond: nil, now: start)
         let unavailable = TransientFailure(cause: .status(503), detail: "")
         let half = pacing.updateOutage(failing: 5, vehicles: 10, failure: unavailable, now: start)
         #expect(half == nil, "half is not most")
@@ -266,15 +266,16 @@ import Testing
     /// The budget hands out its burst, then names the moment of its next token; the limit
     /// leaves no room once as many attempts as it allows are under way.
     @Test func theBudgetAndTheLimitPaceStarts() {
-        var pacing = Pacing(concurrency: ConcurrencyLimit.Settings(maximum: 2), maximumRequestsPerSecond: 20, now: start)
+        var pacing = Pacing(concurrency: ConcurrencyLimit.Settings(maximum: 2), learnedRate: nil, maximumRequestsPerSecond: 20, now: start)
         #expect(pacing.hasRoom(underWay: 1) && !pacing.hasRoom(underWay: 2))
-        let token = pacing.takeBudget(now: start)
+        let token = pacing.waitForToken(now: start)
         #expect(token == nil, "the burst's one token")
-        let due = pacing.takeBudget(now: start)
+        pacing.spend(requests: 1, now: start)
+        let due = pacing.waitForToken(now: start)
         #expect(due == start + .milliseconds(50) && pacing.budgetDue == due)
         pacing.deadlineReached(now: start + .milliseconds(50))
         #expect(pacing.budgetDue == nil)
-        let next = pacing.takeBudget(now: start + .milliseconds(50))
+        let next = pacing.waitForToken(now: start + .milliseconds(50))
         #expect(next == nil)
     }
 }

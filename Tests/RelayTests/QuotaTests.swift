@@ -33,11 +33,13 @@ extension PipelineIntegrationTests {
             }
         }
 
-        /// 5,000 vehicles' first fixes (a live read and an update each) at 50 ms per answer: the
-        /// relay's 32 requests in flight would send about 640 requests a second.
-        static func start(_ harness: RelayHarness, stuck: Set<String> = []) async throws -> (IntegrationTests.CommandLineTests.RunningProcess, GeneratedEvents, Int) {
-            harness.emulator.faultPlan = .init(latency: .milliseconds(50), unavailableVehicles: stuck, quotaPerSecond: quota)
-            let generated = GeneratedEvents(vehicles: 5_000, fixesPerVehicle: 1)
+        /// The vehicles' first fixes (a live read and an update each). At 50 ms per answer the
+        /// relay's 32 requests in flight would send about 640 requests a second; at 1 ms, as many
+        /// as a debug build can.
+        static func start(_ harness: RelayHarness, vehicles: Int = 5_000, latency: Duration = .milliseconds(50), stuck: Set<String> = [])
+            async throws -> (IntegrationTests.CommandLineTests.RunningProcess, GeneratedEvents, Int) {
+            harness.emulator.faultPlan = .init(latency: latency, unavailableVehicles: stuck, quotaPerSecond: quota)
+            let generated = GeneratedEvents(vehicles: vehicles, fixesPerVehicle: 1)
             try await harness.produce(generated.events.map(\.record))
             let metricsPort = try freeLoopbackPort()
             let relay = try IntegrationTests.CommandLineTests.RunningProcess([
@@ -49,43 +51,71 @@ extension PipelineIntegrationTests {
             return (relay, generated, metricsPort)
         }
 
-        /// After the first 10 s the relay uses at least 90 % of the quota with at most 5 % of its
-        /// requests refused, though a tenth of the vehicles are answered 503 for good (their
-        /// retries are no project throttle); once the quota is lifted it is back at full
-        /// concurrency within 30 s; nothing is lost or moved backwards.
-        @Test func theRelayFindsTheQuotaDespiteStuckVehiclesAndRecoversWhenItIsLifted() async throws {
-            let harness = try await RelayHarness(partitions: 4)
-            let stuck = Set((0..<500).map { "veh-\($0 * 10)" })
-            let (relay, generated, metricsPort) = try await Self.start(harness, stuck: stuck)
+        /// What the quota admitted and refused between 10 s and 20 s after the relay began sending.
+        static func measure(_ harness: RelayHarness, metricsPort: Int) async throws -> (admitted: Double, throttledShare: Double) {
             try await eventually("the relay is sending") { harness.emulator.statistics.requests > 0 }
             // A rate is measured over a stretch of time: 10 s in, for 10 s, as promised.
             try await Task.sleep(for: .seconds(10))
             let first = Count(harness.emulator)
             try await Task.sleep(for: .seconds(10))
             let (admitted, throttledShare) = Count(harness.emulator).since(first)
-            print("quota figures: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429, limit \(try await metricValue("fleet_relay_concurrency_limit", port: metricsPort))")
+            let rate = try await metricValue("fleet_relay_learned_request_rate", port: metricsPort)
+            print("quota figures: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429, learnt rate \(Int(rate))/s")
             #expect(admitted >= 0.9 * Self.quota, "\(admitted) requests/s admitted of a quota of \(Self.quota)")
             #expect(throttledShare <= 0.05, "\(throttledShare * 100) % of the requests were refused with 429")
-            #expect(try await metricValue("fleet_relay_concurrency_limit", port: metricsPort) < Double(Self.maximumInFlight))
+            #expect(rate > 0 && rate < 2 * Self.quota, "paced at \(rate)/s")
+            return (admitted, throttledShare)
+        }
+
+        /// After the first 10 s the relay uses at least 90 % of the quota with at most 5 % of its
+        /// requests refused, though a tenth of the vehicles are answered 503 for good (their
+        /// retries are no project throttle); once the quota is lifted it stops pacing within
+        /// 30 s; nothing is lost or moved backwards.
+        @Test func theRelayFindsTheQuotaDespiteStuckVehiclesAndRecoversWhenItIsLifted() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            let stuck = Set((0..<500).map { "veh-\($0 * 10)" })
+            let (relay, generated, metricsPort) = try await Self.start(harness, stuck: stuck)
+            _ = try await Self.measure(harness, metricsPort: metricsPort)
+            #expect(try await metricValue("fleet_relay_concurrency_limit", port: metricsPort) == Double(Self.maximumInFlight),
+                    "a quota is a rate: the limit in flight stays")
             #expect(try await metricValue("fleet_relay_throttled_total", port: metricsPort) > 0)
+            let quotaSeries = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+            let admitted = try #require(metricValue(quotaSeries, "fleet_relay_quota_requests_total", ["result": "admitted"]))
+            let throttled = try #require(metricValue(quotaSeries, "fleet_relay_quota_requests_total", ["result": "throttled"]))
+            #expect(throttled > 0 && admitted > 10 * throttled, "\(admitted) admitted, \(throttled) throttled")
 
             // The quota is lifted while demand goes on: another 5,000 vehicles report.
             harness.emulator.faultPlan.quotaPerSecond = nil
             let lifted = ContinuousClock.now
             let more = GeneratedEvents(vehicles: 5_000, fixesPerVehicle: 1, prefix: "more-")
             try await harness.produce(more.events.map(\.record))
-            try await eventually("the limit is back at --max-in-flight", timeout: .seconds(30)) {
-                try await metricValue("fleet_relay_concurrency_limit", port: metricsPort) == Double(Self.maximumInFlight)
+            try await eventually("pacing ended", timeout: .seconds(30)) {
+                try await metricValue("fleet_relay_learned_request_rate", port: metricsPort) == 0
             }
-            print("quota figures: back at the full limit \(ContinuousClock.now - lifted) after the quota was lifted")
-            #expect(ContinuousClock.now - lifted < .seconds(30))
+            print("quota figures: pacing ended \(ContinuousClock.now - lifted) after the quota was lifted")
             let others = generated.events.filter { !stuck.contains($0.vehicle) } + more.events
             try await eventually("every other fix arrives", timeout: .seconds(120)) { harness.lostEvents(others).isEmpty }
             relay.process.terminate()
             let finished = await relay.finish()
             #expect(finished.status == 0)
-            #expect(finished.stderr.split(separator: "\n").count { $0.contains("Fleet Engine is throttling the project") } == 1,
-                    "\(finished.stderr)")
+            let lines = finished.stderr.split(separator: "\n")
+            #expect(lines.count { $0.contains("Fleet Engine is throttling the project") } == 1, "\(finished.stderr)")
+            #expect(lines.count { $0.contains("Fleet Engine throttling ended") } == 1, "\(finished.stderr)")
+            #expect(harness.backwardsUpdates == 0)
+            await harness.shutdown()
+        }
+
+        /// With answers in a millisecond a limit in flight is no rate (one request in flight is a
+        /// thousand a second): the learnt rate still uses at least 90 % of the quota with at most
+        /// 5 % refused, and every fix arrives, none backwards.
+        @Test func theRelayKeepsTheQuotaWhenAnswersAreFast() async throws {
+            let harness = try await RelayHarness(partitions: 4)
+            // 3,500 vehicles: 7,000 requests, 47 s at the quota, past the 20 s measured.
+            let (relay, generated, metricsPort) = try await Self.start(harness, vehicles: 3_500, latency: .milliseconds(1))
+            _ = try await Self.measure(harness, metricsPort: metricsPort)
+            try await eventually("every fix arrives", timeout: .seconds(120)) { harness.lostEvents(generated.events).isEmpty }
+            relay.process.terminate()
+            #expect(await relay.finish().status == 0)
             #expect(harness.backwardsUpdates == 0)
             await harness.shutdown()
         }

@@ -1,14 +1,11 @@
 /// How many attempts may be under way at once, adapted to what Fleet Engine sustains, as
 /// Vector's adaptive request concurrency does after Netflix's concurrency-limits: additive
 /// increase while attempts succeed at their usual latency, multiplicative decrease when Fleet
-/// Engine throttles the project or its latency climbs well above its baseline.
+/// Engine is overloaded or its latency climbs well above its baseline.
 ///
-/// A quota is a rate, and an attempt's rate is the limit over its latency: the limit settles
-/// just under the quota instead of answering each 429 by sending the next vehicle at once.
-///
-/// Throttling of the project is told apart from one vehicle refused: every 429
-/// (`RESOURCE_EXHAUSTED` is a project's quota) counts, but 503s, timeouts and connection
-/// failures only when most attempts of a round end that way (and the pipeline reports them only
+/// A 429 is no signal here: the project's quota is a rate, learnt as one (`LearnedRate`).
+/// Overload is told apart from one vehicle refused: 503s, timeouts and connection failures
+/// count only when most attempts of a round end that way (and the pipeline reports them only
 /// while Fleet Engine fails for most vehicles it holds); a few vehicles Fleet Engine keeps
 /// refusing, retried at their backoff's pace, never shrink the limit.
 ///
@@ -22,9 +19,9 @@ public struct ConcurrencyLimit: Sendable {
         public var decrease = 0.9
         /// Latency this many times its baseline counts as Fleet Engine slowing down.
         public var latencyTolerance = 2.5
-        /// A round's share of overloaded attempts (503, timeout, connection) that throttles.
+        /// A round's share of overloaded attempts (503, timeout, connection) that counts as overload.
         public var overloadShare = 0.5
-        /// Throttling is over once this long passed without a throttled attempt.
+        /// Overload is over once this long passed without a decrease's cause.
         public var quietPeriod = Duration.seconds(10)
 
         public init(maximum: Int) {
@@ -36,9 +33,7 @@ public struct ConcurrencyLimit: Sendable {
     public enum Signal: Sendable, Equatable {
         /// Fleet Engine answered the attempt, after this long (its update's latency).
         case answered(latency: Duration)
-        /// 429: the project's quota.
-        case throttled
-        /// 503, a timeout or a connection failure: throttling when most attempts end this way.
+        /// 503, a timeout or a connection failure: overload when most attempts end this way.
         case overloaded
         /// Ended without saying anything about Fleet Engine's capacity (signer failure, abandoned).
         case neutral
@@ -50,14 +45,12 @@ public struct ConcurrencyLimit: Sendable {
         case latency
         /// Most attempts of a round ended in a 503, a timeout or a connection failure.
         case overloaded
-        /// Fleet Engine answered 429: the project's quota.
-        case quota = "http_429"
     }
 
-    /// Throttling began or ended (logged once each way).
+    /// Overload began or ended (logged once each way).
     public enum Change: Sendable, Equatable {
-        case throttlingBegan(limit: Int, cause: DecreaseCause)
-        case throttlingEnded(lasted: Duration, limit: Int)
+        case overloadBegan(limit: Int, cause: DecreaseCause)
+        case overloadEnded(lasted: Duration, limit: Int)
     }
 
     public let settings: Settings
@@ -71,8 +64,8 @@ public struct ConcurrencyLimit: Sendable {
     /// Attempts and overloaded ones in the current round (about `limit` attempts).
     private var roundAttempts = 0
     private var roundOverloaded = 0
-    private var lastThrottled: ContinuousClock.Instant?
-    private var throttlingSince: ContinuousClock.Instant?
+    private var lastDecreaseCause: ContinuousClock.Instant?
+    private var overloadSince: ContinuousClock.Instant?
 
     public init(settings: Settings) {
         self.settings = settings
@@ -82,7 +75,7 @@ public struct ConcurrencyLimit: Sendable {
     /// Attempts that may be under way now.
     public var limit: Int { max(settings.minimum, min(settings.maximum, Int(window))) }
 
-    public var isThrottling: Bool { throttlingSince != nil }
+    public var isOverloaded: Bool { overloadSince != nil }
 
     /// An attempt that started at `startedAt` ended. `saturated`: the limit was reached while it
     /// was under way; only then does a success show that more would be sustained.
@@ -99,36 +92,34 @@ public struct ConcurrencyLimit: Sendable {
             } else if saturated, lastDecrease.map({ startedAt > $0 }) ?? true {
                 window = min(Double(settings.maximum), window + 1 / window)
             }
-        case .throttled:
-            change = decrease(startedAt: startedAt, now: now, cause: .quota)
         case .overloaded:
             if overloadedRound { change = decrease(startedAt: startedAt, now: now, cause: .overloaded) }
         case .neutral:
             break
         }
-        return change ?? endThrottlingIfQuiet(now: now)
+        return change ?? endOverloadIfQuiet(now: now)
     }
 
     /// Multiplicative decrease, at most once per round: attempts that started before the last
     /// decrease were sent at the old limit and say nothing about the new one.
     private mutating func decrease(startedAt: ContinuousClock.Instant, now: ContinuousClock.Instant, cause: DecreaseCause) -> Change? {
-        lastThrottled = now
+        lastDecreaseCause = now
         if let lastDecrease, startedAt <= lastDecrease { return nil }
         lastDecrease = now
         window = max(Double(settings.minimum), window * settings.decrease)
-        guard throttlingSince == nil else { return nil }
-        throttlingSince = now
-        return .throttlingBegan(limit: limit, cause: cause)
+        guard overloadSince == nil else { return nil }
+        overloadSince = now
+        return .overloadBegan(limit: limit, cause: cause)
     }
 
-    private func recentlyThrottled(now: ContinuousClock.Instant) -> Bool {
-        lastThrottled.map { now - $0 < settings.quietPeriod } ?? false
+    private func recentlyOverloaded(now: ContinuousClock.Instant) -> Bool {
+        lastDecreaseCause.map { now - $0 < settings.quietPeriod } ?? false
     }
 
-    private mutating func endThrottlingIfQuiet(now: ContinuousClock.Instant) -> Change? {
-        guard let since = throttlingSince, !recentlyThrottled(now: now) else { return nil }
-        throttlingSince = nil
-        return .throttlingEnded(lasted: now - since, limit: limit)
+    private mutating func endOverloadIfQuiet(now: ContinuousClock.Instant) -> Change? {
+        guard let since = overloadSince, !recentlyOverloaded(now: now) else { return nil }
+        overloadSince = nil
+        return .overloadEnded(lasted: now - since, limit: limit)
     }
 
     /// Counts an attempt in the round; true when the round ended mostly overloaded.
@@ -136,9 +127,9 @@ public struct ConcurrencyLimit: Sendable {
         roundAttempts += 1
         if overloaded { roundOverloaded += 1 }
         guard roundAttempts >= max(limit, 8) else { return false }
-        let throttles = Double(roundOverloaded) >= Double(roundAttempts) * settings.overloadShare
+        let overloaded = Double(roundOverloaded) >= Double(roundAttempts) * settings.overloadShare
         (roundAttempts, roundOverloaded) = (0, 0)
-        return throttles
+        return overloaded
     }
 
     /// Folds an answered latency into the averages; true when the recent one climbed well

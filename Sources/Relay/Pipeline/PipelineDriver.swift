@@ -24,6 +24,10 @@ public final class PipelineDriver: Sendable {
     private let readsLiveLocation: Bool
     private let concurrencyGauge = Gauge(label: "fleet_relay_concurrency_limit")
     private let throttledAnswers = Counter(label: "fleet_relay_throttled_total")
+    private let learnedRateGauge = Gauge(label: "fleet_relay_learned_request_rate")
+    /// Requests Fleet Engine's quota counted, by whether it admitted them.
+    private let admittedRequests = Counter(label: "fleet_relay_quota_requests_total", dimensions: [("result", "admitted")])
+    private let throttledRequests = Counter(label: "fleet_relay_quota_requests_total", dimensions: [("result", "throttled")])
     /// Hands memory freed by a drained burst back to the system (the allocator's business).
     private let releaseFreedMemory: @Sendable () -> Void
 
@@ -44,6 +48,9 @@ public final class PipelineDriver: Sendable {
         self.readsLiveLocation = readsLiveLocation
         self.releaseFreedMemory = releaseFreedMemory
         concurrencyGauge.record(limits.concurrency?.maximum ?? maximumInFlight)
+        learnedRateGauge.record(0)
+        admittedRequests.increment(by: 0)
+        throttledRequests.increment(by: 0)
     }
 
     // MARK: Feeding
@@ -166,19 +173,30 @@ public final class PipelineDriver: Sendable {
         if aftermath.refusedRecords > 0 { statistics.refused.add(aftermath.refusedRecords, ordering: .relaxed) }
         if let outage = aftermath.outage { health.recordFleetEngineOutage(outage) }
         if let limit = aftermath.concurrencyLimit { concurrencyGauge.record(limit) }
-        if let change = aftermath.throttling { logThrottling(change) }
+        if let change = aftermath.overload { logOverload(change) }
+        if let rate = aftermath.learnedRate { learnedRateGauge.record(rate) }
+        if let change = aftermath.pacing { logPacing(change) }
     }
 
     private func logCommitFailure(_ failure: String) {
         logLimiter.warning("commit failed", to: logger, "Offset commit failed, committing again later: \(failure)")
     }
 
-    private func logThrottling(_ change: ConcurrencyLimit.Change) {
+    private func logOverload(_ change: ConcurrencyLimit.Change) {
         switch change {
-        case .throttlingBegan(let limit, let cause):
-            logger.warning("Fleet Engine is throttling the project (\(cause)): requests in flight limited to \(limit), adapting to what it sustains")
-        case .throttlingEnded(let lasted, let limit):
-            logger.notice("Fleet Engine throttling ended after \(Int(lasted.inSeconds.rounded())) s; requests in flight limited to \(limit), growing while answers stay fast")
+        case .overloadBegan(let limit, let cause):
+            logger.warning("Fleet Engine is overloaded (\(cause)): requests in flight limited to \(limit), adapting to what it sustains")
+        case .overloadEnded(let lasted, let limit):
+            logger.notice("Fleet Engine overload ended after \(Int(lasted.inSeconds.rounded())) s; requests in flight limited to \(limit), growing while answers stay fast")
+        }
+    }
+
+    private func logPacing(_ change: LearnedRate.Change) {
+        switch change {
+        case .began(let rate):
+            logger.warning("Fleet Engine is throttling the project (http_429): pacing requests at \(Int(rate.rounded()))/s, learnt from what it admits (fleet_relay_learned_request_rate)")
+        case .ended(let lasted):
+            logger.notice("Fleet Engine throttling ended after \(Int(lasted.inSeconds.rounded())) s: no 429 and no request held back for 10 s; requests are no longer paced")
         }
     }
 
@@ -278,6 +296,8 @@ public final class PipelineDriver: Sendable {
     }
 
     private func count(_ request: CoalescedRequest, _ delivery: Delivery, retriesExhausted: String?) {
+        let admitted = delivery.requestsAnswered - (delivery.outcome.isThrottle ? 1 : 0)
+        if admitted > 0 { admittedRequests.increment(by: Int64(admitted)) }
         switch delivery.outcome {
         case .accepted:
             statistics.recordFinished(.accepted)
@@ -290,7 +310,10 @@ public final class PipelineDriver: Sendable {
         case .rejected(let reason, let detail):
             logLimiter.warning("rejected", to: logger, "Fleet Engine rejected \(request.update.vehicle) (\(reason)): \(detail)")
         case .retry(let failure):
-            if failure.isThrottle { throttledAnswers.increment() }
+            if failure.isThrottle {
+                throttledAnswers.increment()
+                throttledRequests.increment()
+            }
             if let retriesExhausted {
                 logLimiter.warning("rejected", to: logger, "Gave up on \(request.update.vehicle) (\(DeadLetterReason.retryDeadlineExceeded)): \(retriesExhausted)")
             }

@@ -147,8 +147,12 @@ public struct AttemptAftermath: Sendable, Equatable {
     public var outage: FleetEngineOutageChange?
     /// The adaptive concurrency limit, when it changed.
     public var concurrencyLimit: Int?
-    /// Fleet Engine began or stopped throttling the project.
-    public var throttling: ConcurrencyLimit.Change?
+    /// Fleet Engine's latency or failures began or stopped holding the concurrency limit down.
+    public var overload: ConcurrencyLimit.Change?
+    /// Pacing at a rate learnt from Fleet Engine's 429s began or ended.
+    public var pacing: LearnedRate.Change?
+    /// The learnt rate in requests per second, when it moved (0: not pacing).
+    public var learnedRate: Double?
 }
 
 /// What the deadline timer's turn (`PipelineState.deadlineReached`) ordered of the commits.

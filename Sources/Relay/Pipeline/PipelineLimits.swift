@@ -26,8 +26,10 @@ public struct PipelineLimits: Sendable {
     public var readsLiveLocationBeforeEveryRequest = false
     /// Attempts under way at most, adapted to what Fleet Engine sustains; nil: as many as workers ask.
     public var concurrency: ConcurrencyLimit.Settings?
-    /// Attempts started per second at most; nil: no ceiling.
+    /// Requests per second (live-location reads and updates) at most; nil: no ceiling.
     public var maximumRequestsPerSecond: Double?
+    /// How the rate Fleet Engine admits is learnt from its 429s; nil: 429s are only retried.
+    public var learnedRate: LearnedRate.Settings? = LearnedRate.Settings()
     /// False: there is no dead-letter topic (a replay's `--no-dead-letter`). Records it would
     /// take stay unfinished, and so uncommitted, for a resumed run to try again.
     public var writesDeadLetters = true

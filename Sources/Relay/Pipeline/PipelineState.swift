@@ -7,8 +7,9 @@ import Kafka
 /// It routes each event to the parts that own its state: the partition ledger (offsets,
 /// generations, revokes, shares and the pause wish, commits), the vehicle scheduler (lanes,
 /// ready and deferred vehicles, coalescing, holding, retries), the letter queue (dead letters
-/// ready, outstanding and due again), the pacing (the concurrency limit, the request budget,
-/// outages) and the deadline timer; it keeps the workers and letter writers waiting for work.
+/// ready, outstanding and due again), the pacing (the concurrency limit, the rate learnt from
+/// 429s under the request budget's ceiling, outages) and the deadline timer; it keeps the
+/// workers and letter writers waiting for work.
 /// The guarantees follow from the parts:
 /// - **At-least-once**: an offset is committable only when every record at or below it
 ///   finished (accepted, superseded, stale or dead-lettered).
@@ -55,7 +56,9 @@ public struct PipelineState<Waiter> {
         self.ledger = PartitionLedger(commitInterval: limits.commitInterval, maximumPendingRecords: limits.maximumPendingRecords)
         self.vehicles = VehicleScheduler(pastLocations: limits.pastLocations, minimumInterval: limits.minimumInterval,
                                          holdsPartialRequests: limits.holdsPartialRequests)
-        self.pacing = Pacing(concurrency: limits.concurrency, maximumRequestsPerSecond: limits.maximumRequestsPerSecond, now: now)
+        self.vehicles.keepsPlaceOnThrottle = limits.learnedRate != nil
+        self.pacing = Pacing(concurrency: limits.concurrency, learnedRate: limits.learnedRate,
+                             maximumRequestsPerSecond: limits.maximumRequestsPerSecond, now: now)
         self.nextSweep = now + limits.vehicleIdleLimit / 2
     }
 
@@ -186,10 +189,12 @@ public struct PipelineState<Waiter> {
         var aftermath = AttemptAftermath()
         if let startedAt = request.startedAt {
             let adaptation = pacing.attemptEnded(
-                delivery.outcome, latency: delivery.fleetEngineLatency, startedAt: startedAt, underWay: requestsInFlight,
+                delivery, charged: request.requestsAtMost, startedAt: startedAt, underWay: requestsInFlight,
                 mostVehiclesFailing: Pacing.mostFailing(vehicles.vehiclesFailing, of: vehicles.vehicleCount), now: now)
             aftermath.concurrencyLimit = adaptation.limit
-            aftermath.throttling = adaptation.throttling
+            aftermath.overload = adaptation.overload
+            aftermath.pacing = adaptation.pacing
+            aftermath.learnedRate = adaptation.learnedRate
         }
         let vehicle = request.update.vehicle
         vehicles.learn(vehicle, newestKnownMilliseconds: delivery.newestKnownMilliseconds)
@@ -208,6 +213,10 @@ public struct PipelineState<Waiter> {
         }
         if failure == nil {
             vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
+        } else if delivery.outcome.isThrottle, delivery.liveChecked, let epoch = request.liveCheckEpoch {
+            // A 429 says the update was not applied: the read just made holds for the resend,
+            // which then costs one request, not two.
+            vehicles.verified(vehicle, epoch: epoch)
         }
         endRequest(request, now: now, &actions)
         aftermath.outage = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
@@ -256,7 +265,7 @@ public struct PipelineState<Waiter> {
             if !intakeClosed {
                 if !pacing.hasRoom(underWay: requestsInFlight) { return }
                 // A ready vehicle waits for the request budget's next token: a deadline, not a sleeping worker.
-                if vehicles.hasReadyVehicles, let due = pacing.takeBudget(now: now) {
+                if vehicles.hasReadyVehicles, let due = pacing.waitForToken(now: now) {
                     wakeTimer(for: due, &actions)
                     return
                 }
@@ -264,6 +273,7 @@ public struct PipelineState<Waiter> {
             pacing.stopWaitingForBudget()
             if var request = takeReadyRequest(now: now, &actions) {
                 request.startedAt = now
+                pacing.spend(requests: request.requestsAtMost, now: now)
                 actions.resume.append((waiters.removeFirst(), request))
             } else if isDrained {
                 actions.resume += waiters.map { ($0, nil) }

@@ -33,6 +33,9 @@ struct VehicleScheduler {
     var holdsPartialRequests: Bool
     /// Vehicles waiting to retry after a Fleet Engine failure (not a signer failure).
     private(set) var vehiclesFailing = 0
+    /// A vehicle's first 429 in a row sends it back to the head of the ready queue (the
+    /// pipeline paces at a rate learnt from 429s); false: it backs off like any failure.
+    var keepsPlaceOnThrottle = false
 
     init(pastLocations: Int, minimumInterval: Duration, holdsPartialRequests: Bool) {
         self.pastLocations = pastLocations
@@ -193,17 +196,31 @@ struct VehicleScheduler {
 
     /// A transient failure after `putBack`: the vehicle waits out `backoff` with its retry
     /// state counted, and a try that Fleet Engine failed starts the minimum interval. Returns
-    /// the due time, or nil when nothing of it is left to retry.
-    mutating func retry(_ vehicle: VehicleIdentity, _ retry: VehicleLane.Retry, backoff: Duration,
+    /// the due time, or nil when nothing of it is left to retry. Without a backoff the vehicle
+    /// goes back to the head of the ready queue: it keeps its place.
+    mutating func retry(_ vehicle: VehicleIdentity, _ retry: VehicleLane.Retry, backoff: Duration?,
                         now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         guard let lane = lanes.index(forKey: vehicle) else { return nil }
-        if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
         guard !lanes.values[lane].queued.isEmpty else {
+            if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
             setRetry(nil, at: lane)
             return nil
         }
         setRetry(retry, at: lane)
+        guard let backoff else {
+            lanes.values[lane].schedule = .ready
+            ready.prepend(vehicle)
+            return nil
+        }
+        if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
         return deferVehicle(vehicle, at: lane, until: now + backoff)
+    }
+
+    /// The vehicle's live location was read in `epoch` and holds, though its update was not
+    /// answered (a 429 refused it, so nothing was applied meanwhile by this relay).
+    mutating func verified(_ vehicle: VehicleIdentity, epoch: UInt64) {
+        guard let lane = lanes.index(forKey: vehicle) else { return }
+        lanes.values[lane].verifiedEpoch = epoch
     }
 
     /// What becomes of a request that failed transiently.
@@ -220,6 +237,12 @@ struct VehicleScheduler {
     /// A transient failure: the fixes go back to the front of the vehicle's queue and the
     /// vehicle is due after a backoff of `policy` (at least the server's `Retry-After`), or past
     /// `deadline` its records are given up. `keepsFixes` false (shutdown): nothing is kept.
+    ///
+    /// A vehicle's first 429 in a row without `Retry-After` is no failure of the vehicle but
+    /// the quota met: it keeps its place at the head of the ready queue, and the rate the
+    /// pipeline learns from the 429 decides when it goes. (Behind the whole queue, a cold
+    /// fleet's vehicle would wait for every other vehicle's first read.) A second 429 in a row
+    /// backs off like any failure, so a vehicle Fleet Engine keeps refusing never spins.
     mutating func failed(_ request: CoalescedRequest, _ failure: TransientFailure, policy: RetryPolicy, deadline: Duration?,
                          keepsFixes: Bool, owns: (RecordSource) -> Bool, now: ContinuousClock.Instant,
                          random: (ClosedRange<Double>) -> Double) -> RetryOutcome {
@@ -234,7 +257,9 @@ struct VehicleScheduler {
             gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
             return .dropped
         }
-        let backoff = policy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds, random: random)
+        let keepsPlace = keepsPlaceOnThrottle && failure.isThrottle && failure.retryAfterSeconds == nil && request.retryAttempts == 0
+        let backoff = keepsPlace ? nil
+            : policy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds, random: random)
         let state = VehicleLane.Retry(attempts: request.retryAttempts + 1, since: failingSince, fleetEngine: failure.isFleetEngine)
         return .retrying(due: retry(vehicle, state, backoff: backoff, now: now))
     }

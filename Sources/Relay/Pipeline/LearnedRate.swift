@@ -1,0 +1,143 @@
+import Foundation
+
+/// The rate of requests Fleet Engine admits from this relay under the project's quota, learnt
+/// from its 429s. A limit on requests in flight is a rate only through the latency (one request
+/// in flight answered in a millisecond is a thousand a second), so a quota is learnt as a rate:
+///
+/// - **Unlimited until throttled.** Nothing is paced while Fleet Engine admits everything.
+/// - **A 429 sets the rate from what was admitted, then cuts it.** The rate becomes 90 % of the
+///   requests admitted per second over the last half second (never more than it was): after a
+///   burst that emptied the quota's bucket this is the quota itself, whatever was sent. Only a
+///   429 to a request sent after the last cut cuts again; requests sent before it say nothing
+///   about the new rate.
+/// - **It grows back as CUBIC's window does (RFC 9438), on a rate:** concave up to the admitted
+///   rate it was cut from, flat around it, then convex, probing ever faster. Near the last known
+///   quota it overshoots slowly, so few requests are refused; far above it (a quota raised or
+///   lifted) it climbs back to any rate within seconds. Growth is relative to the rate cut from,
+///   so replicas sharing a quota keep their shares and none starves.
+/// - **Pacing ends after a quiet spell:** once neither a 429 came nor a request waited for the
+///   rate for `quietPeriod`.
+///
+/// A value: the pipeline's state machine owns it (inside `Pacing`) and feeds it every attempt's
+/// end and every wait for a token.
+public struct LearnedRate: Sendable {
+    public struct Settings: Sendable, Equatable {
+        /// What a cut keeps of the rate admitted over the last window.
+        public var decrease = 0.9
+        /// CUBIC's constant on a rate, in requests per second per second³: the rate is
+        /// `ceiling + growth · (t − K)³`, t seconds after the cut, K when it is back at the
+        /// ceiling (about 6 s after a cut from 800/s).
+        public var growth = 0.4
+        /// Over how long the admitted rate is measured at a 429.
+        public var window = Duration.milliseconds(500)
+        /// The rate never falls below this many requests per second.
+        public var minimum = 1.0
+        /// Pacing ends once this long passed without a 429 and without a request waiting for it.
+        public var quietPeriod = Duration.seconds(10)
+
+        public init() {}
+    }
+
+    /// Pacing began or ended (logged once each way).
+    public enum Change: Sendable, Equatable {
+        case began(rate: Double)
+        case ended(lasted: Duration)
+    }
+
+    /// A cut: the admitted rate it was cut from (CUBIC's W_max), the rate it set, and when.
+    private struct Cut {
+        let ceiling: Double
+        let rate: Double
+        let at: ContinuousClock.Instant
+        /// Seconds after the cut at which the growth is back at the ceiling.
+        let plateau: Double
+    }
+
+    public let settings: Settings
+    private var admitted: AdmittedRateMeter
+    private var cut: Cut?
+    private var pacingSince: ContinuousClock.Instant?
+    private var lastThrottled: ContinuousClock.Instant?
+    private var lastHeld: ContinuousClock.Instant?
+
+    public init(settings: Settings = Settings(), now: ContinuousClock.Instant) {
+        self.settings = settings
+        self.admitted = AdmittedRateMeter(window: settings.window, now: now)
+    }
+
+    public var isPacing: Bool { cut != nil }
+
+    /// Requests per second allowed now; nil while not pacing.
+    public func rate(now: ContinuousClock.Instant) -> Double? {
+        guard let cut else { return nil }
+        let offset = (now - cut.at).inSeconds - cut.plateau
+        return max(settings.minimum, cut.ceiling + settings.growth * offset * offset * offset)
+    }
+
+    /// An attempt that started at `startedAt` ended: `admitted` of its requests were answered
+    /// other than 429, and `throttled` says whether one was answered 429.
+    public mutating func attemptEnded(admitted count: Int, throttled: Bool, startedAt: ContinuousClock.Instant,
+                                      now: ContinuousClock.Instant) -> Change? {
+        admitted.add(count, now: now)
+        guard throttled else { return endIfQuiet(now: now) }
+        lastThrottled = now
+        if let cut, startedAt <= cut.at { return nil }
+        let admittedRate = admitted.rate(now: now)
+        let next = max(settings.minimum, min(rate(now: now) ?? .infinity, admittedRate * settings.decrease))
+        let ceiling = max(admittedRate, next)
+        cut = Cut(ceiling: ceiling, rate: next, at: now, plateau: cbrt((ceiling - next) / settings.growth))
+        guard pacingSince == nil else { return nil }
+        pacingSince = now
+        return .began(rate: next)
+    }
+
+    /// A request waited for a token of the rate: the rate holds the relay back.
+    public mutating func held(now: ContinuousClock.Instant) {
+        lastHeld = now
+    }
+
+    private mutating func endIfQuiet(now: ContinuousClock.Instant) -> Change? {
+        guard let since = pacingSince, let lastThrottled, now - lastThrottled >= settings.quietPeriod,
+              lastHeld.map({ now - $0 >= settings.quietPeriod }) ?? true else { return nil }
+        (cut, pacingSince) = (nil, nil)
+        return .ended(lasted: now - since)
+    }
+}
+
+/// Requests admitted per second over a sliding window, counted in twentieths of it.
+struct AdmittedRateMeter: Sendable {
+    private static let slots = 20
+    private let slotLength: Duration
+    private let origin: ContinuousClock.Instant
+    private var counts: [Int]
+    /// The slot (counted from `origin`) the newest count fell in.
+    private var current = 0
+
+    init(window: Duration, now: ContinuousClock.Instant) {
+        slotLength = window / Self.slots
+        origin = now
+        counts = Array(repeating: 0, count: Self.slots)
+    }
+
+    mutating func add(_ count: Int, now: ContinuousClock.Instant) {
+        advance(to: slot(at: now))
+        counts[current % Self.slots] += count
+    }
+
+    /// Admitted per second over the window up to `now` (over less since the first count, when
+    /// the meter is younger than its window).
+    mutating func rate(now: ContinuousClock.Instant) -> Double {
+        advance(to: slot(at: now))
+        let intoCurrent = (now - origin) - slotLength * current
+        let span = min(now - origin, slotLength * (Self.slots - 1) + intoCurrent).inSeconds
+        return span > 0 ? Double(counts.reduce(0, +)) / span : 0
+    }
+
+    private func slot(at now: ContinuousClock.Instant) -> Int { max(0, Int((now - origin) / slotLength)) }
+
+    private mutating func advance(to slot: Int) {
+        guard slot > current else { return }
+        for skipped in (current + 1)...min(slot, current + Self.slots) { counts[skipped % Self.slots] = 0 }
+        current = slot
+    }
+}
