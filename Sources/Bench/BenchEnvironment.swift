@@ -88,7 +88,7 @@ struct BenchEnvironment {
     }
 
     /// Starts `fleet-relay run` on `topic` and waits until its consumer joined the group.
-    func startRelay(topic: String, group: String, transport: Transport, extraArguments: [String] = []) async throws
+    func startRelay(topic: String, group: String, transport: Transport, extraArguments: [String] = [], logName: String? = nil) async throws
         -> (relay: ChildProcess, metricsPort: Int, startup: Duration) {
         let metricsPort = 20_000 + Int.random(in: 0..<5000)
         let started = ContinuousClock.now
@@ -98,7 +98,7 @@ struct BenchEnvironment {
             "run", "--brokers", cluster.bootstrapServers, "--topic", topic, "--group", group, "--key-file", keyFile,
             "--fleet-engine-url", endpoint.url, "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1",
             "--log-level", "warning",
-        ] + transportArguments + extraArguments + relayArguments, logPath: "\(workDirectory)/relay-\(group).log")
+        ] + transportArguments + extraArguments + relayArguments, logPath: "\(workDirectory)/relay-\(logName ?? group).log")
         guard await waitUntil(timeout: .seconds(60), { await endpoint.probes.isReady(metricsPort: metricsPort) }) else {
             _ = await relay.stop()
             throw BenchError("the relay did not become ready (see \(workDirectory)/relay-\(group).log)")

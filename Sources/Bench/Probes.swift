@@ -74,6 +74,25 @@ struct Probes {
         }
     }
 
+    /// The sum as `metric` has it, or nil when the relay has no such metric (an older build).
+    func metricIfPresent(_ name: String, matching: String = "", metricsPort: Int) async -> Double? {
+        guard let body = await get("http://127.0.0.1:\(metricsPort)/metrics")?.body else { return nil }
+        let lines = body.split(separator: "\n").filter {
+            ($0.hasPrefix(name + "{") || $0.hasPrefix(name + " ")) && (matching.isEmpty || $0.contains(matching))
+        }
+        guard !lines.isEmpty else { return nil }
+        return lines.reduce(0) { $0 + ($1.split(separator: " ").last.flatMap { Double($0) } ?? 0) }
+    }
+
+    /// Requests of the relay the quota admitted; its update requests for a build that does not
+    /// count them (before the quota counters).
+    func admittedRequests(metricsPort: Int) async -> Double {
+        if let admitted = await metricIfPresent("fleet_relay_quota_requests_total", matching: "result=\"admitted\"", metricsPort: metricsPort) {
+            return admitted
+        }
+        return await metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
+    }
+
     /// Records the relay finished without sending them, each for a counted reason.
     func finishedUnsent(metricsPort: Int) async -> Double {
         var total = 0.0

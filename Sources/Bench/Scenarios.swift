@@ -91,10 +91,11 @@ struct Scenarios {
         let idPrefix: String
     }
 
-    /// Produces `fixesPerVehicle` fixes 5 s apart for each vehicle, all in the past.
+    /// Produces `fixesPerVehicle` fixes 5 s apart for each vehicle, all in the past, to a new
+    /// topic (or to an existing one: `createsTopic` false).
     func produceBacklog(topic: String, vehicles: Int, fixesPerVehicle: Int, idPrefix: String = "drain-",
-                        encoder: any SimulatedRecordEncoder = SimulatedRecordFormat.native) async throws -> Backlog {
-        try environment.createTopic(topic, partitions: partitions)
+                        encoder: any SimulatedRecordEncoder = SimulatedRecordFormat.native, createsTopic: Bool = true) async throws -> Backlog {
+        if createsTopic { try environment.createTopic(topic, partitions: partitions) }
         let producer = try KafkaProducer(configuration: environment.producerConfiguration, logger: environment.logger)
         var fleet = SimulatedFleet(count: vehicles, idPrefix: idPrefix)
         let base = Int64(Date().timeIntervalSince1970 * 1000) - Int64(fixesPerVehicle + 2) * 5000

@@ -435,6 +435,7 @@ public final class FleetEngineEmulator: EmulatedService {
         body.add("accepted_updates", statistics.updateResponsesByStatus[200] ?? 0)
         body.add("locations_received", statistics.locationsReceived)
         body.add("vehicles", state.vehicles.count)
+        body.add("backwards_updates", state.vehicles.values.reduce(0) { $0 + $1.backwardsUpdates })
         if recordsHistory {
             body.add("distinct_fixes_received", state.vehicles.values.reduce(0) { $0 + $1.receivedFixTimes.count })
         }
