@@ -38,26 +38,28 @@ extension PipelineIntegrationTests {
             #expect(committed.values.allSatisfy { ($0 ?? 0) == 0 }, "nothing finished, nothing committed: \(committed)")
         }
 
-        /// A member joins while the first one's updates hang at Fleet Engine for 3 s: the first
+        /// A member joins while the first one's updates hang at Fleet Engine for 30 s: the first
         /// one's revoke waits for them before its partitions move, and that wait shows in its
         /// `fleet_relay_revoke_wait_seconds` histogram.
         @Test func aRevokesWaitForTheWorkUnderWayIsAHistogram() async throws {
             let harness = try await RelayHarness(partitions: 2)
             let keyPath = harness.writeKeyFile()
-            // 60 vehicles, four at a time for 3 s each: updates hang for 45 s, longer than the group takes to rebalance.
-            try await harness.produce(GeneratedEvents(vehicles: 60, fixesPerVehicle: 1).events.map(\.record))
-            harness.emulator.faultPlan = .init(updateLatency: .seconds(3))
+            // 8 vehicles on both partitions, all sent at once and held for 30 s: far longer than the
+            // group takes to rebalance, so the revoke begins while they still hang. (Updates that
+            // hang one after another would leave the revoke a wait anywhere between 0 and one hang.)
+            try await harness.produce(GeneratedEvents(vehicles: 8, fixesPerVehicle: 1).events.map(\.record))
+            harness.emulator.faultPlan = .init(updateLatency: .seconds(30))
             func member(metricsPort: Int) throws -> RunningProcess {
                 try RunningProcess([
                     "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "revoke",
                     "--key-file", keyPath, "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile,
-                    "--max-in-flight", "4", "--request-timeout", "10", "--kafka-property", "session.timeout.ms=6000",
+                    "--max-in-flight", "8", "--request-timeout", "45", "--kafka-property", "session.timeout.ms=6000",
                     "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1",
                 ])
             }
             let port = try freeLoopbackPort()
             let first = try member(metricsPort: port)
-            try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 4 }
+            try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 8 }
             let second = try member(metricsPort: try freeLoopbackPort())
             var metrics = ""
             try await eventually("the first member's revoke is counted", timeout: .seconds(240)) {
@@ -65,8 +67,8 @@ extension PipelineIntegrationTests {
                 return (metricValue(metrics, "fleet_relay_revoke_wait_seconds_count", [:]) ?? 0) >= 1
             }
             let waited = metricValue(metrics, "fleet_relay_revoke_wait_seconds_sum", [:]) ?? 0
-            #expect(waited >= 0.5, "the revoke waited \(waited) s for updates that hang 3 s")
-            #expect(waited < 11, "at most --revoke-drain-timeout (--request-timeout + 5 s): \(waited) s")
+            #expect(waited >= 0.5, "the revoke waited \(waited) s for updates that hang 30 s")
+            #expect(waited < 50, "at most --revoke-drain-timeout (--request-timeout + 5 s): \(waited) s")
             for member in [first, second] {
                 member.process.terminate()
                 #expect(await member.finish().status == 0)
