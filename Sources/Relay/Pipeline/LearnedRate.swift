@@ -13,8 +13,9 @@ import Foundation
 /// - **It grows back as CUBIC's window does (RFC 9438), on a rate:** concave up to the admitted
 ///   rate it was cut from, flat around it, then convex, probing ever faster. Near the last known
 ///   quota it overshoots slowly, so few requests are refused; far above it (a quota raised or
-///   lifted) it climbs back to any rate within seconds. Growth is relative to the rate cut from,
-///   so replicas sharing a quota keep their shares and none starves.
+///   lifted) it climbs back to any rate within seconds. Growth is in requests per second, the
+///   same for every relay, while a cut takes a share of each relay's own rate: relays sharing a
+///   quota converge to fair shares, as TCP flows do, and none starves.
 /// - **Pacing ends after a quiet spell:** once neither a 429 came nor a request waited for the
 ///   rate for `quietPeriod`.
 ///
