@@ -67,6 +67,9 @@ public struct Delivery: Sendable, Equatable {
         self.liveChecked = liveChecked
     }
 
+    /// Requests the quota admitted: answered, other than with 429.
+    public var requestsAdmitted: Int { max(0, requestsAnswered - (outcome.isThrottle ? 1 : 0)) }
+
     mutating func countRequest(answered: Bool) {
         requestsSent += 1
         if answered { requestsAnswered += 1 }

@@ -66,8 +66,6 @@ public struct LearnedRate: Sendable {
         self.admitted = AdmittedRateMeter(window: settings.window, now: now)
     }
 
-    public var isPacing: Bool { cut != nil }
-
     /// Requests per second allowed now; nil while not pacing.
     public func rate(now: ContinuousClock.Instant) -> Double? {
         guard let cut else { return nil }

@@ -74,7 +74,9 @@ struct Pacing {
 
     /// Follows the learnt rate as it grows: the budget paces at the lower of it and the ceiling.
     private mutating func updateBudgetRate(now: ContinuousClock.Instant) {
-        guard let rate = [ceiling, learned?.rate(now: now)].compactMap({ $0 }).min() else {
+        // Called before every attempt: no array of candidates, just the lower of the two.
+        let learnt = learned?.rate(now: now)
+        guard let rate = learnt.map({ min($0, ceiling ?? $0) }) ?? ceiling else {
             budget = nil
             return
         }
@@ -99,7 +101,7 @@ struct Pacing {
         if charged != delivery.requestsSent { budget?.settle(unused: charged - delivery.requestsSent, now: now) }
         let throttled = delivery.outcome.isThrottle
         if learned != nil {
-            adaptation.pacing = learned!.attemptEnded(admitted: max(0, delivery.requestsAnswered - (throttled ? 1 : 0)), throttled: throttled,
+            adaptation.pacing = learned!.attemptEnded(admitted: delivery.requestsAdmitted, throttled: throttled,
                                                       startedAt: startedAt, now: now)
             adaptation.learnedRate = reportRate(now: now)
         }

@@ -296,8 +296,7 @@ public final class PipelineDriver: Sendable {
     }
 
     private func count(_ request: CoalescedRequest, _ delivery: Delivery, retriesExhausted: String?) {
-        let admitted = delivery.requestsAnswered - (delivery.outcome.isThrottle ? 1 : 0)
-        if admitted > 0 { admittedRequests.increment(by: Int64(admitted)) }
+        if delivery.requestsAdmitted > 0 { admittedRequests.increment(by: Int64(delivery.requestsAdmitted)) }
         switch delivery.outcome {
         case .accepted:
             statistics.recordFinished(.accepted)

@@ -79,19 +79,9 @@ public struct PipelineState<Waiter> {
         ledger.beginRevoke(revoking)
     }
 
-    /// What finished on partitions being revoked, to commit before the revoke waits for the
-    /// work under way: a member dropped from the group while it waits cannot commit any more.
-    public func offsetsToCommit(revoking revoked: [TopicPartition]) -> [TopicPartitionOffset] {
-        ledger.offsetsToCommit(revoking: revoked)
-    }
-
     /// A commit inside the revoke succeeded: the final commit then carries only what finished since.
     public mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
         ledger.committedDuringRevoke(offsets)
-    }
-
-    public func workUnderWay(in partitions: [TopicPartition]) -> Int {
-        ledger.workUnderWay(in: partitions)
     }
 
     /// Forgets the partitions; returns their final commit offsets (those not yet committed) and
@@ -101,10 +91,6 @@ public struct PipelineState<Waiter> {
         if !intakeClosed { ledger.updateEveryShare() }
         return (offsets, ledger.pauseChange(always: true, recordsWait: recordsWaiting))
     }
-
-    /// Whether work on the record should go on: its partition is assigned under the same
-    /// generation and not being revoked.
-    public func owns(_ source: RecordSource) -> Bool { ledger.owns(source) }
 
     // MARK: Records
 
@@ -209,14 +195,11 @@ public struct PipelineState<Waiter> {
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
         case .retry(let transient):
             failure = transient
-            retry(request, after: transient, now: now, random: random, &actions, &aftermath)
+            retry(request, after: transient, readInEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now,
+                  random: random, &actions, &aftermath)
         }
         if failure == nil {
             vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
-        } else if delivery.outcome.isThrottle, delivery.liveChecked, let epoch = request.liveCheckEpoch {
-            // A 429 says the update was not applied: the read just made holds for the resend,
-            // which then costs one request, not two.
-            vehicles.verified(vehicle, epoch: epoch)
         }
         endRequest(request, now: now, &actions)
         aftermath.outage = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
@@ -229,10 +212,11 @@ public struct PipelineState<Waiter> {
     /// past the retry deadline dead-lettered. A try that found no token sent nothing: it starts
     /// no minimum interval, and the live location read in a failed try is read again before
     /// the next (a newer fix may reach Fleet Engine meanwhile, from a replay or another owner).
-    private mutating func retry(_ request: CoalescedRequest, after failure: TransientFailure, now: ContinuousClock.Instant,
+    private mutating func retry(_ request: CoalescedRequest, after failure: TransientFailure, readInEpoch: UInt64?,
+                                now: ContinuousClock.Instant,
                                 random: (ClosedRange<Double>) -> Double, _ actions: inout Actions,
                                 _ aftermath: inout AttemptAftermath) {
-        switch vehicles.failed(request, failure, policy: limits.retryPolicy, deadline: limits.retryDeadline,
+        switch vehicles.failed(request, failure, readInEpoch: readInEpoch, policy: limits.retryPolicy, deadline: limits.retryDeadline,
                                keepsFixes: !intakeClosed, owns: ledger.owns, now: now, random: random) {
         case .retrying(let due):
             if let due { wakeTimer(for: due, &actions) }

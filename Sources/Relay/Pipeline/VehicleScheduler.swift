@@ -216,13 +216,6 @@ struct VehicleScheduler {
         return deferVehicle(vehicle, at: lane, until: now + backoff)
     }
 
-    /// The vehicle's live location was read in `epoch` and holds, though its update was not
-    /// answered (a 429 refused it, so nothing was applied meanwhile by this relay).
-    mutating func verified(_ vehicle: VehicleIdentity, epoch: UInt64) {
-        guard let lane = lanes.index(forKey: vehicle) else { return }
-        lanes.values[lane].verifiedEpoch = epoch
-    }
-
     /// What becomes of a request that failed transiently.
     enum RetryOutcome: Equatable {
         /// Its fixes are back at the front of the vehicle's queue, due again at `due` (nil:
@@ -242,8 +235,11 @@ struct VehicleScheduler {
     /// the quota met: it keeps its place at the head of the ready queue, and the rate the
     /// pipeline learns from the 429 decides when it goes. (Behind the whole queue, a cold
     /// fleet's vehicle would wait for every other vehicle's first read.) A second 429 in a row
-    /// backs off like any failure, so a vehicle Fleet Engine keeps refusing never spins.
-    mutating func failed(_ request: CoalescedRequest, _ failure: TransientFailure, policy: RetryPolicy, deadline: Duration?,
+    /// backs off like any failure, so a vehicle Fleet Engine keeps refusing never spins. A live
+    /// location read in `readInEpoch` before a 429 holds: the update was not applied, so the
+    /// resend costs one request, not two.
+    mutating func failed(_ request: CoalescedRequest, _ failure: TransientFailure, readInEpoch: UInt64? = nil,
+                         policy: RetryPolicy, deadline: Duration?,
                          keepsFixes: Bool, owns: (RecordSource) -> Bool, now: ContinuousClock.Instant,
                          random: (ClosedRange<Double>) -> Double) -> RetryOutcome {
         let vehicle = request.update.vehicle
@@ -257,6 +253,7 @@ struct VehicleScheduler {
             gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
             return .dropped
         }
+        if failure.isThrottle, let readInEpoch, let lane = lanes.index(forKey: vehicle) { lanes.values[lane].verifiedEpoch = readInEpoch }
         let keepsPlace = keepsPlaceOnThrottle && failure.isThrottle && failure.retryAfterSeconds == nil && request.retryAttempts == 0
         let backoff = keepsPlace ? nil
             : policy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds, random: random)
