@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
 APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
-.PHONY: deps build test test-python run release bench lint-deploy deploy-tools readme-structure clean
+.PHONY: deps build test test-python run release bench protos lint-deploy deploy-tools readme-structure clean
 
 ## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
@@ -20,12 +20,13 @@ build: deps
 TEST_VENV := .build/test-venv
 # Confluent's serializers, an encoder independent of the relay for the Schema Registry tests
 # (the [schemaregistry] extra pins a certifi newer than some mirrors have, so its parts are named).
+# Google's own Fleet Engine clients and grpcio: peers of the relay's and the emulator's gRPC.
 TEST_PYTHON_PACKAGES := confluent-kafka fastavro httpx authlib cachetools certifi attrs jsonschema referencing \
-	protobuf googleapis-common-protos
+	protobuf googleapis-common-protos google-maps-fleetengine google-maps-fleetengine-delivery grpcio grpcio-status
 
-## Python with confluent-kafka's serializers, in a virtualenv under .build, for the tests.
+## Python with confluent-kafka's serializers, Google's Fleet Engine clients and grpcio, in a virtualenv under .build, for the tests.
 test-python:
-	@if ! $(TEST_VENV)/bin/python3 -W ignore -c "import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.json_schema, confluent_kafka.schema_registry.protobuf" 2>/dev/null; then \
+	@if ! $(TEST_VENV)/bin/python3 -W ignore -c "import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.json_schema, confluent_kafka.schema_registry.protobuf, google.maps.fleetengine_v1, google.maps.fleetengine_delivery_v1, grpc, grpc_status" 2>/dev/null; then \
 		echo "test-python: installing $(TEST_PYTHON_PACKAGES) into $(TEST_VENV)"; \
 		python3 -m venv $(TEST_VENV) && $(TEST_VENV)/bin/pip install -q $(TEST_PYTHON_PACKAGES); \
 	fi
@@ -46,6 +47,19 @@ release: deps
 ## Benchmark a release build: ceilings, backlog drain, steady state, tokens. Prints a table, writes bench/results.json.
 bench: release
 	.build/release/fleet-relay-bench --relay-binary .build/release/fleet-relay --output bench/results.json $(BENCH_FLAGS)
+
+PROTOC_GEN_SWIFT := .build/protoc-gen-swift/release/protoc-gen-swift
+
+## Regenerates Sources/FleetEngineProtos from Protos/ (Debian's protoc, swift-protobuf's protoc-gen-swift
+## built from the resolved checkout). The generated code is committed: builds need neither tool.
+protos:
+	@command -v protoc >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq protobuf-compiler; }
+	$(SWIFT) package resolve
+	$(SWIFT) build -c release --package-path .build/checkouts/swift-protobuf --scratch-path .build/protoc-gen-swift --product protoc-gen-swift
+	rm -f Sources/FleetEngineProtos/*.pb.swift
+	cd Protos && protoc --plugin=protoc-gen-swift=$(abspath $(PROTOC_GEN_SWIFT)) \
+		--swift_out=../Sources/FleetEngineProtos --swift_opt=Visibility=Public --swift_opt=FileNaming=PathToUnderscores \
+		$$(find . -name '*.proto' | sort)
 
 ## Rewrites the README's table of targets from the comments above each target in Package.swift
 ## (a test fails while they differ).

@@ -23,6 +23,8 @@ public final class FleetEngineClient: Sendable {
         public var baseURL: String
         public var provider: String
         public var locationMode: LocationMode
+        /// REST or gRPC; gRPC needs HTTP/2.
+        public var wireProtocol: FleetEngineProtocol
         public var requestTimeout: Duration
         /// Requests the caller has under way at most (the relay's in-flight limit).
         public var maximumInFlight: Int
@@ -33,12 +35,14 @@ public final class FleetEngineClient: Sendable {
         public var egress: Egress
 
         public init(baseURL: String = "https://fleetengine.googleapis.com", provider: String,
-                    locationMode: LocationMode = .supplemental, requestTimeout: Duration = .seconds(15),
+                    locationMode: LocationMode = .supplemental, wireProtocol: FleetEngineProtocol = .rest,
+                    requestTimeout: Duration = .seconds(15),
                     maximumInFlight: Int = 64, streamsPerConnection: Int = 100, liveness: HTTP2Liveness = .init(),
                     egress: Egress = .standard) {
             self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
             self.provider = provider
             self.locationMode = locationMode
+            self.wireProtocol = wireProtocol
             self.requestTimeout = requestTimeout
             self.maximumInFlight = maximumInFlight
             self.streamsPerConnection = streamsPerConnection
@@ -54,15 +58,16 @@ public final class FleetEngineClient: Sendable {
         public let message: String
     }
 
-    /// A vehicle as Fleet Engine holds it, or why it could not be read.
+    /// The time of a vehicle's location as Fleet Engine holds it, or why it could not be read.
     public struct VehicleFetch: Sendable {
+        /// The HTTP status, or under gRPC the one Google's APIs give its code; 0 without an answer.
         public let status: Int
-        public let body: String
+        /// The newest of the live location's times; nil when the vehicle has no location yet.
+        public let locationMilliseconds: Int64?
+        /// Why the read was refused, or why there is no answer; never includes the token.
+        public let message: String
         /// Why there is no answer (status 0).
         public let failure: TransportFailure?
-
-        /// The error body's message when the read was refused; never includes the token.
-        public var message: String { status == 200 ? "" : FleetEngineClient.errorMessage(body) }
     }
 
     public let configuration: Configuration
@@ -107,13 +112,18 @@ public final class FleetEngineClient: Sendable {
         let https = scheme == "https"
         let port = url.port ?? (https ? 443 : 80)
         let egress = configuration.egress
+        let grpc = configuration.wireProtocol == .grpc
+        if grpc, !https || egress.httpVersion == .http1 {
+            return .failure(TransportFailure(cause: .httpVersion,
+                                             message: "gRPC needs HTTP/2, which the relay negotiates over https only (not with --http-version 1.1)"))
+        }
         let timeout = TimeAmount(configuration.requestTimeout)
         do {
             let http2 = https && egress.httpVersion != .http1
                 // A connection carries at least one stream: as many connections as requests at most.
                 ? try HTTP2ConnectionPool(host: host, port: port, egress: egress, streamsPerConnection: configuration.streamsPerConnection,
                                           maximumConnections: configuration.maximumInFlight,
-                                          offerHTTP1: egress.httpVersion == .automatic, connectTimeout: connectTimeout,
+                                          offerHTTP1: egress.httpVersion == .automatic && !grpc, connectTimeout: connectTimeout,
                                           requestTimeout: timeout, liveness: configuration.liveness)
                 : nil
             let http1 = try HTTP1ConnectionPool(host: host, port: port, egress: egress, tls: https,
@@ -133,10 +143,14 @@ public final class FleetEngineClient: Sendable {
         await transport.http1.shutdown()
     }
 
-    /// Sends one update. Transport failures (refused, reset, timeout, TLS) come back as a transient outcome.
+    /// Sends one update over the configured protocol.
     public func send(_ update: VehicleLocationUpdate, token: String) async -> Response {
-        let request = FleetEngineRequest(update: update, provider: configuration.provider, mode: configuration.locationMode)
-        return await send(request, token: token)
+        switch configuration.wireProtocol {
+        case .rest: await send(FleetEngineRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
+                               token: token)
+        case .grpc: await send(GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
+                               token: token)
+        }
     }
 
     public func send(_ request: FleetEngineRequest, token: String) async -> Response {
@@ -153,14 +167,65 @@ public final class FleetEngineClient: Sendable {
         }
     }
 
-    /// `GET` of a vehicle as Fleet Engine holds it (status and raw JSON body).
+    /// A gRPC update call. Its answer takes the path of the HTTP status Google's APIs give its
+    /// code, with `RetryInfo` as `Retry-After`; the message names the code.
+    public func send(_ request: GRPCRequest, token: String) async -> Response {
+        switch await execute(grpcExchange(request, token: token)) {
+        case .success(let response):
+            let answer = GRPCAnswer(response)
+            let status = answer.code.httpStatus
+            let outcome = FleetEngineOutcome.classify(status: status, retryAfterSeconds: answer.retryDelaySeconds)
+            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : answer.code.name + ": " + answer.message)
+        case .failure(let failure):
+            return Response(status: 0, outcome: .transient(cause: .transport(failure.cause), retryAfterSeconds: nil), message: failure.message)
+        }
+    }
+
+    /// Reads the time of a vehicle's live location: `GET` over REST, `GetVehicle` or
+    /// `GetDeliveryVehicle` over gRPC.
     public func fetchVehicle(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
+        switch configuration.wireProtocol {
+        case .rest: await fetchVehicleOverREST(vehicle, token: token)
+        case .grpc: await fetchVehicleOverGRPC(vehicle, token: token)
+        }
+    }
+
+    private func fetchVehicleOverREST(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
         let exchange = EgressRequest(method: "GET", path: FleetEngineRequest.vehiclePath(provider: configuration.provider, vehicle: vehicle),
                                      authorization: "Bearer " + token)
         switch await execute(exchange) {
-        case .success(let response): return VehicleFetch(status: response.status, body: String(buffer: response.body), failure: nil)
-        case .failure(let failure): return VehicleFetch(status: 0, body: "", failure: failure)
+        case .success(let response):
+            let body = String(buffer: response.body)
+            guard response.status == 200 else {
+                return VehicleFetch(status: response.status, locationMilliseconds: nil, message: Self.errorMessage(body), failure: nil)
+            }
+            return VehicleFetch(status: 200, locationMilliseconds: LiveLocation.milliseconds(fromVehicleBody: body), message: "", failure: nil)
+        case .failure(let failure):
+            return VehicleFetch(status: 0, locationMilliseconds: nil, message: failure.message, failure: failure)
         }
+    }
+
+    private func fetchVehicleOverGRPC(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
+        let request = GRPCRequest(read: vehicle, provider: configuration.provider)
+        switch await execute(grpcExchange(request, token: token)) {
+        case .success(let response):
+            let answer = GRPCAnswer(response)
+            guard answer.code == .ok else {
+                return VehicleFetch(status: answer.code.httpStatus, locationMilliseconds: nil, message: answer.code.name + ": " + answer.message,
+                                    failure: nil)
+            }
+            guard let location = try? LiveLocation.milliseconds(fromVehicleMessage: response.body, kind: vehicle.kind) else {
+                return VehicleFetch(status: 500, locationMilliseconds: nil, message: "the vehicle's message could not be read", failure: nil)
+            }
+            return VehicleFetch(status: 200, locationMilliseconds: location, message: "", failure: nil)
+        case .failure(let failure):
+            return VehicleFetch(status: 0, locationMilliseconds: nil, message: failure.message, failure: failure)
+        }
+    }
+
+    private func grpcExchange(_ request: GRPCRequest, token: String) -> EgressRequest {
+        EgressRequest(method: "POST", path: request.path, authorization: "Bearer " + token, contentType: "application/grpc",
+                      otherHeaders: request.otherHeaders(timeout: configuration.requestTimeout), body: request.framedMessage)
     }
 
     private func execute(_ request: EgressRequest) async -> Result<EgressResponse, TransportFailure> {

@@ -163,11 +163,22 @@ public final class FleetEngineEmulator: EmulatedService {
         return server.baseURL
     }
 
-    /// Serves `/v1/providers/…` and its own `/_emulator/…` statistics; other paths
-    /// belong to other emulated services.
+    /// Serves `/v1/providers/…`, the same calls over gRPC (chosen by content type), and its own
+    /// `/_emulator/…` statistics; other paths belong to other emulated services.
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
+        if GRPCCalls.isCall(request) {
+            switch GRPCCalls.restRequest(for: request) {
+            case .success(let rest): return GRPCCalls.answer(await serve(rest), for: request)
+            case .failure(let failure): return failure.response
+            }
+        }
         guard request.path.hasPrefix("/v1/providers/") else { return nil }
+        return await serve(request)
+    }
+
+    /// A REST request, or the one a gRPC call stands for: faults, latency, then `handle`.
+    private func serve(_ request: HTTPRequest) async -> HTTPResponse {
         let plan = state.withLock { $0.plan }
         if plan.latency > .zero { try? await Task.sleep(for: plan.latency) }
         guard request.method != "GET" else { return handle(request) }
@@ -213,7 +224,11 @@ public final class FleetEngineEmulator: EmulatedService {
     public var withheldUpdates: [WithheldUpdate] {
         let withheld = server.withLock { $0?.statistics.withheldRequests } ?? []
         return withheld.compactMap { withheld in
-            let request = withheld.request
+            var request = withheld.request
+            if GRPCCalls.isCall(request) {
+                guard case .success(let rest) = GRPCCalls.restRequest(for: request) else { return nil }
+                request = rest
+            }
             guard let target = Self.target(of: request.path),
                   let update = try? UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])
             else { return nil }

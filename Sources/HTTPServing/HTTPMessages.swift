@@ -30,11 +30,15 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
+    /// Sent after the body (HTTP/2 only): gRPC's status.
+    public var trailers: [(name: String, value: String)]?
 
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+                trailers: [(name: String, value: String)]? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.trailers = trailers
     }
 
     public static func json(_ status: Int, _ body: String, headers: [(name: String, value: String)] = []) -> HTTPResponse {

@@ -123,10 +123,34 @@ public final class HTTPServer: Sendable {
             mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()
         ) { stream in
             stream.eventLoop.makeCompletedFuture {
+                try stream.pipeline.syncOperations.addHandler(AuthorizationIndexingWatch(statistics: statistics))
                 try stream.pipeline.syncOperations.addHandler(HTTP2FramePayloadToHTTP1ServerCodec())
                 try stream.pipeline.syncOperations.addHandler(
                     RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http2(observer)))
             }
         }.map { _ in }
+    }
+}
+
+/// Counts `authorization` fields a client sent without HPACK's never-indexed representation
+/// (RFC 7541 §7.1.3): a token such a field carries may be kept in a compression table along the
+/// way. The HTTP/1 codec that follows forgets how a field was encoded, so this looks first.
+final class AuthorizationIndexingWatch: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias InboundOut = HTTP2Frame.FramePayload
+
+    private let statistics: HTTPServerStatistics
+
+    init(statistics: HTTPServerStatistics) {
+        self.statistics = statistics
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .headers(let headers) = unwrapInboundIn(data) {
+            for field in headers.headers where field.name == "authorization" {
+                statistics.count(field.indexable == .neverIndexed ? \.authorizationsNeverIndexed : \.authorizationsIndexable)
+            }
+        }
+        context.fireChannelRead(data)
     }
 }

@@ -141,7 +141,8 @@ final class RequestHandler: ChannelInboundHandler {
         if !response.body.isEmpty {
             context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
         }
-        let done = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil)))
+        let trailers = connectionHeader ? nil : response.trailers.map { HTTPHeaders($0.map { ($0.name, $0.value) }) }
+        let done = context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(trailers)))
         if !keepAlive {
             let channel = context.channel
             done.whenComplete { _ in channel.close(promise: nil) }

@@ -251,7 +251,7 @@ public struct UpdateForwarder: Sendable {
 
     private func liveLocation(of vehicle: VehicleIdentity, token: String) async -> LiveLocationResult {
         let fetched = await client.fetchVehicle(vehicle, token: token)
-        if fetched.status == 200 { return .known(LiveLocation.milliseconds(fromVehicleBody: fetched.body)) }
+        if fetched.status == 200 { return .known(fetched.locationMilliseconds) }
         if let refusal = LiveReadRefusal(rawValue: fetched.status) {
             return .refused(refusal, message: fetched.message)
         }

@@ -12,6 +12,7 @@ import RemoteSigners
 
 extension VehicleKind: ExpressibleByArgument {}
 extension LocationMode: ExpressibleByArgument {}
+extension FleetEngineProtocol: ExpressibleByArgument {}
 
 struct FleetEngineOptions: ParsableArguments {
     @Option(help: "Fleet Engine provider (Google Cloud project id). Default: the key file's or the credentials' project.")
@@ -19,6 +20,9 @@ struct FleetEngineOptions: ParsableArguments {
 
     @Option(help: "Fleet Engine base URL. Plain http is accepted only for loopback hosts.")
     var fleetEngineURL = "https://fleetengine.googleapis.com"
+
+    @Option(help: "Protocol to Fleet Engine: rest (JSON; HTTP/2, or HTTP/1.1 where the server offers no HTTP/2) or grpc (gRPC's unary calls, as Google's client libraries make them; needs HTTP/2 over https).")
+    var fleetEngineProtocol: FleetEngineProtocol = .rest
 
     @Option(help: "Which location fields carry the fix: supplemental or device.")
     var locationMode: LocationMode = .supplemental
@@ -58,6 +62,14 @@ struct FleetEngineOptions: ParsableArguments {
         if httpVersion == .http2, !fleetEngineURL.lowercased().hasPrefix("https://") {
             throw ValidationError("--http-version 2 needs an https --fleet-engine-url (HTTP/2 is negotiated in the TLS handshake)")
         }
+        if fleetEngineProtocol == .grpc {
+            guard fleetEngineURL.lowercased().hasPrefix("https://") else {
+                throw ValidationError("--fleet-engine-protocol grpc needs an https --fleet-engine-url (gRPC runs on HTTP/2, negotiated in the TLS handshake)")
+            }
+            guard httpVersion != .http1 else {
+                throw ValidationError("--fleet-engine-protocol grpc cannot run with --http-version 1.1: gRPC needs HTTP/2")
+            }
+        }
     }
 
     /// - Parameter defaultProvider: the signer's project, used when `--provider` is not given.
@@ -68,7 +80,7 @@ struct FleetEngineOptions: ParsableArguments {
         var egress = egress
         egress.httpVersion = httpVersion
         return FleetEngineClient.Configuration(
-            baseURL: fleetEngineURL, provider: provider, locationMode: locationMode,
+            baseURL: fleetEngineURL, provider: provider, locationMode: locationMode, wireProtocol: fleetEngineProtocol,
             requestTimeout: .seconds(requestTimeout), maximumInFlight: maxInFlight,
             streamsPerConnection: streamsPerConnection,
             liveness: HTTP2Liveness(pingAfterSilence: TimeAmount(http2PingAfter.duration), pingTimeout: TimeAmount(http2PingTimeout.duration),

@@ -73,6 +73,7 @@ struct RunCommand: AsyncParsableCommand {
             "brokers": "\(kafka.brokers)", "topic": "\(topic)", "group": "\(group)",
             "dead_letter_topic": "\(relayConfiguration.deadLetterTopic)", "input": "\(input.name)",
             "fleet_engine": "\(clientConfiguration.baseURL)", "provider": "\(clientConfiguration.provider)",
+            "fleet_engine_protocol": "\(clientConfiguration.wireProtocol.rawValue)",
             "location_mode": "\(clientConfiguration.locationMode.rawValue)", "max_in_flight": "\(fleetEngine.maxInFlight)",
             "token_scope": "\(signer.tokenScope.rawValue)", "http_version": "\(fleetEngine.httpVersion.rawValue)",
             "fleet_engine_connections": "\(client.http2ConnectionLimit.map { "HTTP/2, as the server's stream limit needs, up to \($0)" } ?? "HTTP/1.1, one per request under way")",

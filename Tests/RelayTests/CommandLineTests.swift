@@ -275,6 +275,25 @@ extension IntegrationTests {
         #expect(version.stderr.contains("--http-version 2 needs an https --fleet-engine-url"), "\(version.stderr)")
     }
 
+    /// gRPC runs on HTTP/2 only: a plain http URL or HTTP/1.1 is a usage error, from the flag or its variable.
+    @Test func gRPCWithoutHTTP2StopsStartupWithOneLine() async throws {
+        let plain = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
+                                   "--fleet-engine-url", "http://127.0.0.1:8470"],
+                                  environment: ["FLEET_RELAY_FLEET_ENGINE_PROTOCOL": "grpc"])
+        #expect(plain.status == 64)
+        #expect(plain.stderr.contains("--fleet-engine-protocol grpc needs an https --fleet-engine-url"), "\(plain.stderr)")
+        let http1 = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k", "--fleet-engine-protocol", "grpc",
+                                   "--http-version", "1.1"])
+        #expect(http1.status == 64)
+        #expect(http1.stderr.contains("--fleet-engine-protocol grpc cannot run with --http-version 1.1"), "\(http1.stderr)")
+        let replay = try await run(["replay", "--brokers", "b", "--topic", "t", "--key-file", "k", "--from", "2026-11-01T00:00:00Z",
+                                    "--fleet-engine-protocol", "grpc", "--http-version", "1.1"])
+        #expect(replay.status == 64, "\(replay.stderr)")
+        let unknown = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k", "--fleet-engine-protocol", "soap"])
+        #expect(unknown.status == 64)
+        #expect(unknown.stderr.contains("rest"), "names the values: \(unknown.stderr)")
+    }
+
     @Test func plainHTTPIsRefusedForRemoteFleetEngine() async throws {
         let result = try await run(["run", "--brokers", "b", "--topic", "t", "--key-file", "k",
                                     "--fleet-engine-url", "http://fleet.example.com"])

@@ -133,14 +133,15 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test func retriesTransientFailuresAndLosesNothing() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func retriesTransientFailuresAndLosesNothing(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2)
         harness.emulator.injectFaults(.init(status: 503, retryAfter: "0"), count: 15)
         harness.emulator.injectFaults(.init(status: 429), count: 5)
         let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 10)
         try await harness.produce(generated.events.map(\.record))
 
-        let running = try harness.startRelay(group: "relay")
+        let running = try harness.startRelay(group: "relay", wireProtocol: wireProtocol)
         try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 200 }
         try await running.stop()
         let totals = running.relay.statistics.snapshot
@@ -156,7 +157,8 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test func tokensFleetEngineRefusesAreRetriedOnceThenDeadLettered() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func tokensFleetEngineRefusesAreRetriedOnceThenDeadLettered(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 1)
         let strangerKey = try ServiceAccountKey.parse(Array(ServiceAccountKey.generateKeyFileJSON(
             projectId: harness.key.projectId, clientEmail: harness.key.clientEmail,
@@ -164,7 +166,7 @@ extension PipelineIntegrationTests {
         let generated = GeneratedEvents(vehicles: 3, fixesPerVehicle: 2)
         try await harness.produce(generated.events.map(\.record))
 
-        let running = try harness.startRelay(group: "relay", signingKey: strangerKey)
+        let running = try harness.startRelay(group: "relay", signingKey: strangerKey, wireProtocol: wireProtocol)
         try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 6 }
         try await running.stop()
         #expect(running.relay.statistics.snapshot.deadLettered == 6)
@@ -178,12 +180,13 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test func fixesOlderThanFleetEnginesLiveLocationAreNeverSent() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func fixesOlderThanFleetEnginesLiveLocationAreNeverSent(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 1)
         let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 4)
         // Fleet Engine already holds a newer fix of every vehicle, as after a previous owner or a restart.
         let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId,
-                                                                 egress: try harness.egress()))
+                                                            wireProtocol: wireProtocol, egress: try harness.egress()))
         let signer = LocalKeySigner(key: harness.key)
         for (id, event) in generated.newest {
             let vehicle = VehicleIdentity(kind: .vehicle, id: id)
@@ -194,7 +197,7 @@ extension PipelineIntegrationTests {
         await client.shutdown()
         try await harness.produce(generated.events.map(\.record))
 
-        let running = try harness.startRelay(group: "relay")
+        let running = try harness.startRelay(group: "relay", wireProtocol: wireProtocol)
         try await eventually("every record is finished") { running.relay.statistics.snapshot.finished == 20 }
         try await running.stop()
         #expect(running.relay.statistics.snapshot.stale == 20)

@@ -129,12 +129,12 @@ final class RelayHarness: Sendable {
 
     func startRelay(group: String, signingKey: ServiceAccountKey? = nil, signer: (any VehicleTokenSigner)? = nil,
                     tokens: TokenCache? = nil, requestTimeout: Duration = .seconds(15), egress: Egress? = nil,
-                    logger: Logger? = nil,
+                    wireProtocol: FleetEngineProtocol = .rest, logger: Logger? = nil,
                     configure: (inout RelayConfiguration) -> Void = { _ in }) throws -> RunningRelay {
         var configuration = RelayConfiguration(kafka: kafka, topic: topic, group: group,
                                                retryPolicy: RetryPolicy(initialDelay: .milliseconds(10), maximumDelay: .milliseconds(200)))
         configure(&configuration)
-        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId,
+        let client = FleetEngineClient(configuration: .init(baseURL: emulatorURL, provider: key.projectId, wireProtocol: wireProtocol,
                                                             requestTimeout: requestTimeout, egress: try egress ?? self.egress()))
         let logger = logger ?? self.logger
         let relay = RelayService(configuration: configuration, client: client,

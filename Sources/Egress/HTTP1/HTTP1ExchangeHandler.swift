@@ -67,6 +67,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
     private static func fitsOnOneLine(_ request: EgressRequest) -> Bool {
         func plain(_ text: String?) -> Bool { text?.utf8.allSatisfy { $0 != 13 && $0 != 10 } ?? true }
         return plain(request.path) && plain(request.authorization) && plain(request.contentType) && plain(request.method)
+            && request.otherHeaders.allSatisfy { plain($0.name) && plain($0.value) }
     }
 
     /// Head, body and end, flushed once: one write of the socket.
@@ -76,6 +77,7 @@ final class HTTP1ExchangeHandler: ChannelInboundHandler, ExchangeHandler {
         headers.add(name: "Host", value: authority)
         if let authorization = request.authorization { headers.add(name: "Authorization", value: authorization) }
         if let contentType = request.contentType { headers.add(name: "Content-Type", value: contentType) }
+        for header in request.otherHeaders { headers.add(name: header.name, value: header.value) }
         headers.add(name: "Content-Length", value: String(request.body?.readableBytes ?? 0))
         let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: request.method), uri: request.path, headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)

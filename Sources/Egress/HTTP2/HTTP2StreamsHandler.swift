@@ -123,7 +123,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     static func headers(for request: EgressRequest, authority: String) -> HPACKHeaders {
         var headers = HPACKHeaders()
-        headers.reserveCapacity(7)
+        headers.reserveCapacity(7 + request.otherHeaders.count)
         headers.add(name: ":method", value: request.method)
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":authority", value: authority)
@@ -132,6 +132,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             headers.add(name: "authorization", value: authorization, indexing: .neverIndexed)
         }
         if let contentType = request.contentType { headers.add(name: "content-type", value: contentType) }
+        for header in request.otherHeaders { headers.add(name: header.name, value: header.value) }
         if let body = request.body { headers.add(name: "content-length", value: String(body.readableBytes)) }
         return headers
     }
@@ -188,6 +189,11 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             }
             // An informational answer (100 Continue) precedes the real one.
             guard stream.receivedStatus(status, retryAfter: headers.headers.first(name: "retry-after")) else { return }
+        }
+        // gRPC's status comes in the trailers, or with the headers of a trailers-only answer.
+        if let grpcStatus = headers.headers.first(name: "grpc-status") {
+            stream.receivedGRPCStatus(GRPCStatusFields(status: grpcStatus, message: headers.headers.first(name: "grpc-message"),
+                                                       detailsBase64: headers.headers.first(name: "grpc-status-details-bin")))
         }
         if headers.endStream { answer(streamID) }
     }

@@ -68,6 +68,7 @@ final class Exchange: @unchecked Sendable {
     var streamID: HTTP2StreamID?
     private(set) var status: Int?
     private(set) var retryAfter: String?
+    private(set) var grpc: GRPCStatusFields?
     private var body: ByteBuffer?
 
     init(_ request: EgressRequest) {
@@ -83,6 +84,11 @@ final class Exchange: @unchecked Sendable {
         return true
     }
 
+    /// gRPC's status, from the trailers or a trailers-only answer's headers.
+    func receivedGRPCStatus(_ fields: GRPCStatusFields) {
+        grpc = fields
+    }
+
     /// Appends to the body; throws past `maximumBodyBytes`.
     func receivedBody(_ bytes: inout ByteBuffer) throws {
         if body == nil {
@@ -96,6 +102,6 @@ final class Exchange: @unchecked Sendable {
     /// The whole answer, once it ended.
     func response() throws -> EgressResponse {
         guard let status else { throw ExchangeError.malformedResponse("the answer ended without a status") }
-        return EgressResponse(status: status, retryAfter: retryAfter, body: body ?? ByteBuffer())
+        return EgressResponse(status: status, retryAfter: retryAfter, grpc: grpc, body: body ?? ByteBuffer())
     }
 }

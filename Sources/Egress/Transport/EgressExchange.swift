@@ -10,27 +10,48 @@ public struct EgressRequest: Sendable {
     /// token is never kept in the connection's header compression tables.
     public var authorization: String?
     public var contentType: String?
+    /// Further headers, in order: gRPC's `te`, `grpc-timeout` and routing parameters.
+    public var otherHeaders: [(name: String, value: String)]
     public var body: ByteBuffer?
 
-    public init(method: String, path: String, authorization: String? = nil, contentType: String? = nil, body: ByteBuffer? = nil) {
+    public init(method: String, path: String, authorization: String? = nil, contentType: String? = nil,
+                otherHeaders: [(name: String, value: String)] = [], body: ByteBuffer? = nil) {
         self.method = method
         self.path = path
         self.authorization = authorization
         self.contentType = contentType
+        self.otherHeaders = otherHeaders
         self.body = body
     }
 }
 
-/// What came back: the status, the one header the relay reads, and the body.
+/// What came back: the status, the headers and trailers the relay reads, and the body.
 public struct EgressResponse: Sendable {
     public var status: Int
     public var retryAfter: String?
+    /// gRPC's status from the trailers (or from the headers of a trailers-only answer).
+    public var grpc: GRPCStatusFields?
     public var body: ByteBuffer
 
-    public init(status: Int, retryAfter: String?, body: ByteBuffer) {
+    public init(status: Int, retryAfter: String?, grpc: GRPCStatusFields? = nil, body: ByteBuffer) {
         self.status = status
         self.retryAfter = retryAfter
+        self.grpc = grpc
         self.body = body
+    }
+}
+
+/// The fields that carry a gRPC call's outcome, as they came: `grpc-status`, `grpc-message`
+/// (still percent-encoded) and `grpc-status-details-bin` (base64 of a `google.rpc.Status`).
+public struct GRPCStatusFields: Sendable, Equatable {
+    public var status: String
+    public var message: String?
+    public var detailsBase64: String?
+
+    public init(status: String, message: String? = nil, detailsBase64: String? = nil) {
+        self.status = status
+        self.message = message
+        self.detailsBase64 = detailsBase64
     }
 }
 

@@ -1,0 +1,86 @@
+import FleetEngineProtos
+import FleetModel
+import SwiftProtobuf
+
+/// `VehicleLocation` and `DeliveryVehicleLocation`: the same fields under the same numbers in
+/// two packages, so one function fills either.
+protocol GRPCVehicleLocation: SwiftProtobuf.Message {
+    associatedtype Sensor: SwiftProtobuf.Enum where Sensor.RawValue == Int
+    var location: Google_Type_LatLng { get set }
+    var updateTime: Google_Protobuf_Timestamp { get set }
+    var hasUpdateTime: Bool { get }
+    var locationSensor: Sensor { get set }
+    var latlngAccuracy: Google_Protobuf_DoubleValue { get set }
+    var supplementalLocation: Google_Type_LatLng { get set }
+    var supplementalLocationTime: Google_Protobuf_Timestamp { get set }
+    var hasSupplementalLocationTime: Bool { get }
+    var supplementalLocationSensor: Sensor { get set }
+    var supplementalLocationAccuracy: Google_Protobuf_DoubleValue { get set }
+    var heading: Google_Protobuf_Int32Value { get set }
+    var speed: Google_Protobuf_DoubleValue { get set }
+    var altitude: Google_Protobuf_DoubleValue { get set }
+}
+
+extension Maps_Fleetengine_V1_VehicleLocation: GRPCVehicleLocation {}
+extension Maps_Fleetengine_Delivery_V1_DeliveryVehicleLocation: GRPCVehicleLocation {}
+
+extension GRPCVehicleLocation {
+    /// The same fields REST's body carries (`FleetEngineRequest.write`), in the same mode.
+    init(_ fix: LocationFix, mode: LocationMode) {
+        self.init()
+        let time = Google_Protobuf_Timestamp(milliseconds: fix.recordedAtMilliseconds)
+        var point = Google_Type_LatLng()
+        point.latitude = fix.latitude
+        point.longitude = fix.longitude
+        switch mode {
+        case .supplemental:
+            supplementalLocation = point
+            supplementalLocationTime = time
+            supplementalLocationSensor = Self.sensor(fix.sensor ?? .customerSupplied)
+            if let accuracy = fix.accuracyMeters { supplementalLocationAccuracy = Google_Protobuf_DoubleValue(accuracy) }
+        case .device:
+            location = point
+            updateTime = time
+            if let sensor = fix.sensor { locationSensor = Self.sensor(sensor) }
+            if let accuracy = fix.accuracyMeters { latlngAccuracy = Google_Protobuf_DoubleValue(accuracy) }
+        }
+        if let heading = fix.heading { self.heading = Google_Protobuf_Int32Value(Int32(clamping: heading)) }
+        if let speed = fix.speedMetersPerSecond { self.speed = Google_Protobuf_DoubleValue(speed) }
+        if let altitude = fix.altitudeMeters { self.altitude = Google_Protobuf_DoubleValue(altitude) }
+    }
+
+    /// The newest of `supplemental_location_time` and `update_time`, as `LiveLocation` reads REST's.
+    var newestTimeMilliseconds: Int64? {
+        [hasSupplementalLocationTime ? supplementalLocationTime : nil, hasUpdateTime ? updateTime : nil]
+            .compactMap { $0?.milliseconds }.max()
+    }
+
+    private static func sensor(_ sensor: LocationSensor) -> Sensor {
+        Sensor(rawValue: sensor.fleetEngineNumber) ?? Sensor()
+    }
+}
+
+extension LocationSensor {
+    /// The sensor's number in Fleet Engine's `LocationSensor` and `DeliveryVehicleLocationSensor`.
+    var fleetEngineNumber: Int {
+        switch self {
+        case .gps: 1
+        case .network: 2
+        case .passive: 3
+        case .roadSnapped: 4
+        case .customerSupplied: 5
+        case .fused: 100
+        }
+    }
+}
+
+extension Google_Protobuf_Timestamp {
+    /// Milliseconds since the epoch, before 1970 included.
+    init(milliseconds: Int64) {
+        let (seconds, remainder) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+        let borrow: Int64 = remainder < 0 ? 1 : 0
+        self.init(seconds: seconds - borrow, nanos: Int32((remainder + borrow * 1000) * 1_000_000))
+    }
+
+    var milliseconds: Int64 { seconds * 1000 + Int64(nanos / 1_000_000) }
+}

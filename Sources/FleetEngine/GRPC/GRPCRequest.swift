@@ -1,0 +1,99 @@
+import Egress
+import FleetEngineProtos
+import FleetModel
+import NIOCore
+import SwiftProtobuf
+
+/// The gRPC calls for a location update and a live-location read: method path, the routing
+/// header Google's clients send, and the length-prefixed message (gRPC over HTTP/2).
+public struct GRPCRequest: Sendable {
+    /// `/maps.fleetengine.v1.VehicleService/UpdateVehicle` and the like.
+    public let path: String
+    /// `provider_id=providers%2F<project>`, as Google's Go client sends it, for
+    /// `x-goog-request-params`.
+    public let routingParameters: String
+    /// The message with gRPC's five-byte prefix (not compressed, length big-endian).
+    public let framedMessage: ByteBuffer
+
+    /// `UpdateVehicle` or `UpdateDeliveryVehicle` with the fix in `last_location` and older ones in
+    /// `past_locations`, under the same mask REST sends.
+    public init(update: VehicleLocationUpdate, provider: String, mode: LocationMode) {
+        let name = Self.vehicleName(provider: provider, vehicle: update.vehicle)
+        var mask = Google_Protobuf_FieldMask()
+        mask.paths = update.pastLocations.isEmpty ? ["last_location"] : ["last_location", "past_locations"]
+        let message: any SwiftProtobuf.Message
+        switch update.vehicle.kind {
+        case .vehicle:
+            var request = Maps_Fleetengine_V1_UpdateVehicleRequest()
+            request.name = name
+            request.vehicle.lastLocation = .init(update.lastLocation, mode: mode)
+            request.vehicle.pastLocations = update.pastLocations.map { .init($0, mode: mode) }
+            request.updateMask = mask
+            message = request
+            path = "/maps.fleetengine.v1.VehicleService/UpdateVehicle"
+        case .deliveryVehicle:
+            var request = Maps_Fleetengine_Delivery_V1_UpdateDeliveryVehicleRequest()
+            request.deliveryVehicle.name = name
+            request.deliveryVehicle.lastLocation = .init(update.lastLocation, mode: mode)
+            request.deliveryVehicle.pastLocations = update.pastLocations.map { .init($0, mode: mode) }
+            request.updateMask = mask
+            message = request
+            path = "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle"
+        }
+        routingParameters = Self.routingParameters(provider: provider)
+        framedMessage = Self.frame(message)
+    }
+
+    /// `GetVehicle` or `GetDeliveryVehicle`.
+    public init(read vehicle: VehicleIdentity, provider: String) {
+        let name = Self.vehicleName(provider: provider, vehicle: vehicle)
+        switch vehicle.kind {
+        case .vehicle:
+            var request = Maps_Fleetengine_V1_GetVehicleRequest()
+            request.name = name
+            framedMessage = Self.frame(request)
+            path = "/maps.fleetengine.v1.VehicleService/GetVehicle"
+        case .deliveryVehicle:
+            var request = Maps_Fleetengine_Delivery_V1_GetDeliveryVehicleRequest()
+            request.name = name
+            framedMessage = Self.frame(request)
+            path = "/maps.fleetengine.delivery.v1.DeliveryService/GetDeliveryVehicle"
+        }
+        routingParameters = Self.routingParameters(provider: provider)
+    }
+
+    /// `providers/{provider}/vehicles/{id}` or `…/deliveryVehicles/{id}`: a field, not a path, so
+    /// nothing is percent-encoded.
+    public static func vehicleName(provider: String, vehicle: VehicleIdentity) -> String {
+        "providers/\(provider)/\(vehicle.kind == .vehicle ? "vehicles" : "deliveryVehicles")/\(vehicle.id)"
+    }
+
+    static func routingParameters(provider: String) -> String {
+        "provider_id=" + URLText.encodeComponent("providers/" + provider)
+    }
+
+    /// gRPC's length-prefixed message: flag 0 (not compressed), the length as four bytes big-endian.
+    static func frame(_ message: any SwiftProtobuf.Message) -> ByteBuffer {
+        // Serializing to bytes cannot fail for messages built here (no required fields in proto3).
+        let bytes: [UInt8] = (try? message.serializedBytes()) ?? []
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(5 + bytes.count)
+        buffer.writeInteger(UInt8(0))
+        buffer.writeInteger(UInt32(bytes.count))
+        buffer.writeBytes(bytes)
+        return buffer
+    }
+
+    /// The headers gRPC's unary protocol adds to the relay's own (`:method POST`, the path,
+    /// `authorization` never indexed): `te`, `grpc-timeout` and the routing parameters.
+    func otherHeaders(timeout: Duration) -> [(name: String, value: String)] {
+        [("te", "trailers"), ("grpc-timeout", Self.timeoutText(timeout)), ("x-goog-request-params", routingParameters)]
+    }
+
+    /// gRPC's `grpc-timeout`: at most eight digits and a unit; milliseconds, or seconds past that.
+    public static func timeoutText(_ timeout: Duration) -> String {
+        let (seconds, attoseconds) = timeout.components
+        let milliseconds = max(1, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        return milliseconds < 100_000_000 ? "\(milliseconds)m" : "\(min(milliseconds / 1000, 99_999_999))S"
+    }
+}

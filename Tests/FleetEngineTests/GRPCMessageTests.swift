@@ -1,0 +1,102 @@
+import Egress
+import FleetEngine
+import FleetEngineProtos
+import FleetModel
+import Foundation
+import NIOCore
+import SwiftProtobuf
+import Testing
+
+/// gRPC's framing and status fields as the client writes and reads them, without a socket.
+@Suite struct GRPCMessageTests {
+    func details(_ build: (inout Google_Rpc_Status) throws -> Void) throws -> String {
+        var status = Google_Rpc_Status()
+        try build(&status)
+        let bytes: [UInt8] = try status.serializedBytes()
+        return Data(bytes).base64EncodedString()
+    }
+
+    func response(status: Int = 200, _ fields: GRPCStatusFields?) -> EgressResponse {
+        EgressResponse(status: status, retryAfter: nil, grpc: fields, body: ByteBuffer())
+    }
+
+    @Test func readsTheCodeThePercentDecodedMessageAndRetryInfo() throws {
+        let details = try details { status in
+            status.code = 8
+            var retry = Google_Rpc_RetryInfo()
+            retry.retryDelay = Google_Protobuf_Duration(seconds: 7, nanos: 500_000_000)
+            var info = Google_Rpc_ErrorInfo()
+            info.reason = "RATE_LIMIT_EXCEEDED"
+            info.domain = "googleapis.com"
+            status.details = [try Google_Protobuf_Any(message: retry), try Google_Protobuf_Any(message: info)]
+        }
+        // gRPC servers send the details unpadded.
+        let unpadded = String(details.prefix { $0 != "=" })
+        let answer = GRPCAnswer(response(.init(status: "8", message: "Quota exceeded: 100%25 used %E2%9C%93", detailsBase64: unpadded)))
+        #expect(answer.code == .resourceExhausted)
+        #expect(answer.message == "Quota exceeded: 100% used ✓ (RATE_LIMIT_EXCEEDED)")
+        #expect(answer.retryDelaySeconds == 7.5)
+    }
+
+    @Test func aTwoHundredWithoutGRPCStatusIsInternalAndOtherStatusesAreMappedAsGRPCClientsMapThem() {
+        #expect(GRPCAnswer(response(nil)).code == .internal)
+        #expect(GRPCAnswer(response(status: 503, nil)).code == .unavailable)
+        #expect(GRPCAnswer(response(status: 429, nil)).code == .unavailable)
+        #expect(GRPCAnswer(response(status: 401, nil)).code == .unauthenticated)
+        #expect(GRPCAnswer(response(status: 404, nil)).code == .unimplemented)
+        #expect(GRPCAnswer(response(status: 400, nil)).code == .internal)
+        #expect(GRPCAnswer(response(.init(status: "99"))).code == .unknown)
+        #expect(GRPCAnswer(response(.init(status: "0"))).code == .ok)
+    }
+
+    /// Each code takes the path of the REST status Google's APIs give it.
+    @Test func codesTakeThePathOfTheirHTTPStatus() {
+        let outcomes = Dictionary(uniqueKeysWithValues: GRPCCode.allCases.map {
+            ($0, FleetEngineOutcome.classify(status: $0.httpStatus))
+        })
+        #expect(outcomes[.ok] == .accepted)
+        #expect(outcomes[.unavailable] == .transient(cause: .status(503), retryAfterSeconds: nil))
+        #expect(outcomes[.deadlineExceeded] == .transient(cause: .status(504), retryAfterSeconds: nil))
+        #expect(outcomes[.resourceExhausted] == .transient(cause: .throttled, retryAfterSeconds: nil))
+        #expect(outcomes[.notFound] == .rejected(.vehicleNotFound))
+        #expect(outcomes[.invalidArgument] == .rejected(.invalid))
+        #expect(outcomes[.failedPrecondition] == .rejected(.invalid))
+        #expect(outcomes[.permissionDenied] == .permissionDenied)
+        #expect(outcomes[.unauthenticated] == .unauthenticated)
+        for code in GRPCCode.allCases where code != .unknown {
+            #expect(GRPCCode(httpStatus: code.httpStatus).httpStatus == code.httpStatus, "\(code.name)")
+        }
+    }
+
+    @Test func anUpdateIsOneLengthPrefixedMessageOnItsMethodsPath() throws {
+        let fix = LocationFix(latitude: 1.5, longitude: -2.25, recordedAtMilliseconds: 1_795_381_200_123, heading: 90,
+                              speedMetersPerSecond: 12.5, accuracyMeters: 4, altitudeMeters: 30, sensor: .gps)
+        let older = LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: -1_500)
+        let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .deliveryVehicle, id: "dv/1"), lastLocation: fix,
+                                           pastLocations: [older])
+        let request = GRPCRequest(update: update, provider: "my project", mode: .device)
+        #expect(request.path == "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle")
+        #expect(request.routingParameters == "provider_id=providers%2Fmy%20project")
+        var framed = request.framedMessage
+        #expect(framed.readInteger(as: UInt8.self) == 0, "not compressed")
+        #expect(framed.readInteger(as: UInt32.self).map(Int.init) == framed.readableBytes)
+        let message = try Maps_Fleetengine_Delivery_V1_UpdateDeliveryVehicleRequest(serializedBytes: Array(framed.readableBytesView))
+        #expect(message.deliveryVehicle.name == "providers/my project/deliveryVehicles/dv/1")
+        #expect(message.updateMask.paths == ["last_location", "past_locations"])
+        let last = message.deliveryVehicle.lastLocation
+        #expect(last.location.latitude == 1.5 && last.location.longitude == -2.25)
+        #expect(last.updateTime.seconds == 1_795_381_200 && last.updateTime.nanos == 123_000_000)
+        #expect(last.locationSensor == .gps)
+        #expect(last.latlngAccuracy.value == 4 && last.heading.value == 90 && last.speed.value == 12.5 && last.altitude.value == 30)
+        #expect(!last.hasSupplementalLocation)
+        // Before 1970: seconds round down, nanos stay positive, as Timestamp requires.
+        let past = try #require(message.deliveryVehicle.pastLocations.first)
+        #expect(past.updateTime.seconds == -2 && past.updateTime.nanos == 500_000_000)
+        #expect(!past.hasHeading && !past.hasLatlngAccuracy, "absent fields stay absent")
+    }
+
+    @Test func theTimeoutIsTheRequestTimeoutInGRPCsUnits() {
+        #expect(GRPCRequest.timeoutText(.seconds(15)) == "15000m")
+        #expect(GRPCRequest.timeoutText(.seconds(200_000)) == "200000S")
+    }
+}
