@@ -35,9 +35,11 @@ import Testing
     }
 
     func client(_ served: Served, httpVersion: Egress.HTTPVersion = .automatic, maximumInFlight: Int = 64,
-                requestTimeout: Duration = .seconds(15), liveness: HTTP2Liveness = .init()) throws -> FleetEngineClient {
+                requestTimeout: Duration = .seconds(15), liveness: HTTP2Liveness = .init(),
+                wireProtocol: FleetEngineProtocol = .rest) throws -> FleetEngineClient {
         FleetEngineClient(configuration: .init(
-            baseURL: served.url, provider: "emu-project", requestTimeout: requestTimeout, maximumInFlight: maximumInFlight,
+            baseURL: served.url, provider: "emu-project", wireProtocol: wireProtocol, requestTimeout: requestTimeout,
+            maximumInFlight: maximumInFlight,
             liveness: liveness, egress: try Egress.load(caFiles: [served.tls.caFile], httpVersion: httpVersion)))
     }
 
@@ -136,10 +138,11 @@ import Testing
 
     /// A path that drops the connection without a word: the request on it fails once the PING
     /// goes unanswered, long before its 60 s timeout, and the next one takes a new connection.
-    @Test func aConnectionThatGoesSilentIsClosedWhenItsPingIsNotAnswered() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func aConnectionThatGoesSilentIsClosedWhenItsPingIsNotAnswered(over wireProtocol: FleetEngineProtocol) async throws {
         try await withHTTPSEmulator { served in
             let liveness = HTTP2Liveness(pingAfterSilence: .milliseconds(300), pingTimeout: .milliseconds(700), idleTimeout: .seconds(60))
-            let client = try client(served, maximumInFlight: 1, requestTimeout: .seconds(60), liveness: liveness)
+            let client = try client(served, maximumInFlight: 1, requestTimeout: .seconds(60), liveness: liveness, wireProtocol: wireProtocol)
             #expect(await client.send(update(), token: token()).outcome == .accepted)
             served.emulator.path.silenceOpenConnections()
             let started = ContinuousClock.now

@@ -36,8 +36,8 @@ extension PipelineIntegrationTests {
         /// The vehicles' first fixes (a live read and an update each). At 50 ms per answer the
         /// relay's 32 requests in flight would send about 640 requests a second; at 1 ms, as many
         /// as a debug build can.
-        static func start(_ harness: RelayHarness, vehicles: Int = 5_000, latency: Duration = .milliseconds(50), stuck: Set<String> = [])
-            async throws -> (IntegrationTests.CommandLineTests.RunningProcess, GeneratedEvents, Int) {
+        static func start(_ harness: RelayHarness, vehicles: Int = 5_000, latency: Duration = .milliseconds(50), stuck: Set<String> = [],
+                          over wireProtocol: FleetEngineProtocol = .rest) async throws -> (IntegrationTests.CommandLineTests.RunningProcess, GeneratedEvents, Int) {
             harness.emulator.faultPlan = .init(latency: latency, unavailableVehicles: stuck, quotaPerSecond: quota)
             let generated = GeneratedEvents(vehicles: vehicles, fixesPerVehicle: 1)
             try await harness.produce(generated.events.map(\.record))
@@ -46,7 +46,7 @@ extension PipelineIntegrationTests {
                 "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "relay",
                 "--key-file", harness.writeKeyFile(), "--fleet-engine-url", harness.emulatorURL, "--ca-file", harness.caFile,
                 "--retry-initial-ms", "200", "--retry-max-ms", "2000", "--max-in-flight", "\(maximumInFlight)",
-                "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1",
+                "--metrics-port", "\(metricsPort)", "--metrics-host", "127.0.0.1", "--fleet-engine-protocol", wireProtocol.rawValue,
             ])
             return (relay, generated, metricsPort)
         }
@@ -108,10 +108,12 @@ extension PipelineIntegrationTests {
         /// With answers in a millisecond a limit in flight is no rate (one request in flight is a
         /// thousand a second): the learnt rate still uses at least 90 % of the quota with at most
         /// 5 % refused, and every fix arrives, none backwards.
-        @Test func theRelayKeepsTheQuotaWhenAnswersAreFast() async throws {
+        /// Over gRPC too: RESOURCE_EXHAUSTED is the same throttle.
+        @Test(arguments: FleetEngineProtocol.allCases)
+        func theRelayKeepsTheQuotaWhenAnswersAreFast(over wireProtocol: FleetEngineProtocol) async throws {
             let harness = try await RelayHarness(partitions: 4)
             // 3,500 vehicles: 7,000 requests, 47 s at the quota, past the 20 s measured.
-            let (relay, generated, metricsPort) = try await Self.start(harness, vehicles: 3_500, latency: .milliseconds(1))
+            let (relay, generated, metricsPort) = try await Self.start(harness, vehicles: 3_500, latency: .milliseconds(1), over: wireProtocol)
             _ = try await Self.measure(harness, metricsPort: metricsPort)
             try await eventually("every fix arrives", timeout: .seconds(120)) { harness.lostEvents(generated.events).isEmpty }
             relay.process.terminate()

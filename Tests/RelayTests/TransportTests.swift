@@ -12,8 +12,10 @@ import Synchronization
 import Testing
 
 /// The production path: HTTPS to Fleet Engine, HTTP/2 where ALPN offers it, through a
-/// proxy when the environment names one; with the faults Google's front ends produce.
-@Suite(.serialized) struct TransportTests {
+/// proxy when the environment names one; with the faults Google's front ends produce. In the
+/// chain of the quota tests, so that their heavy GOAWAY drains never share the cores with a
+/// quota measurement.
+extension PipelineIntegrationTests { @Suite struct TransportTests {
     @Test(arguments: [Egress.HTTPVersion.automatic, .http1])
     func deliversEveryFixOverHTTPS(httpVersion: Egress.HTTPVersion) async throws {
         let harness = try await RelayHarness(partitions: 4, https: true)
@@ -37,14 +39,15 @@ import Testing
         }
     }
 
-    @Test func goAwaysAndStreamResetsLoseNothingAndStrandNoRequest() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func goAwaysAndStreamResetsLoseNothingAndStrandNoRequest(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 4, https: true,
                                              http2: .init(goAwayEveryRequests: 500, resetShare: 0.01))
         defer { Task { await harness.shutdown() } }
         let generated = GeneratedEvents(vehicles: 500, fixesPerVehicle: 12)
         try await harness.produce(generated.events.map(\.record))
         // One fix per request, so that the run crosses several GOAWAYs.
-        let relay = try harness.startRelay(group: "goaway", requestTimeout: .seconds(10)) { configuration in
+        let relay = try harness.startRelay(group: "goaway", requestTimeout: .seconds(10), wireProtocol: wireProtocol) { configuration in
             configuration.pastLocationsLimit = 0
         }
         try await harness.waitUntilEverythingIsDelivered(generated, group: "goaway")
@@ -62,14 +65,16 @@ import Testing
                 "only reset streams were retried: a stream above a GOAWAY's last one goes out again at once, on a new connection")
     }
 
-    @Test func anUntrustedCertificateSendsNothingAndSaysWhyUntilTheRightCAIsGiven() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func anUntrustedCertificateSendsNothingAndSaysWhyUntilTheRightCAIsGiven(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, https: true)
         defer { Task { await harness.shutdown() } }
         let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
         try await harness.produce(generated.events.map(\.record))
         let logs = CapturedLogs()
         // The system's trust store only: the emulator's throwaway CA is not in it.
-        let untrusting = try harness.startRelay(group: "tls", egress: try Egress.load(caFiles: []), logger: logs.logger) { configuration in
+        let untrusting = try harness.startRelay(group: "tls", egress: try Egress.load(caFiles: []), wireProtocol: wireProtocol,
+                                                logger: logs.logger) { configuration in
             configuration.readyMaximumOutage = .seconds(600)
         }
         try await eventually("readiness names the TLS failure") {
@@ -86,15 +91,16 @@ import Testing
         #expect(try await harness.committedOffsets(group: "tls").values.allSatisfy { $0 == nil }, "nothing committed")
 
         // The same group with the right --ca-file: everything goes out.
-        let trusting = try harness.startRelay(group: "tls")
+        let trusting = try harness.startRelay(group: "tls", wireProtocol: wireProtocol)
         try await harness.waitUntilEverythingIsDelivered(generated, group: "tls")
         try await trusting.stop()
         #expect(harness.lostEvents(generated.events).count == 0)
     }
 
-    @Test func httpsProxyFromTheEnvironmentCarriesTheTraffic() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func httpsProxyFromTheEnvironmentCarriesTheTraffic(over wireProtocol: FleetEngineProtocol) async throws {
         let (tunnels, emulatorURL) = try await tunnelsWhileDelivering(
-            environment: { ["HTTPS_PROXY": $0, "NO_PROXY": "metadata.google.internal,.svc.cluster.local"] })
+            environment: { ["HTTPS_PROXY": $0, "NO_PROXY": "metadata.google.internal,.svc.cluster.local"] }, over: wireProtocol)
         let port = try #require(emulatorURL.split(separator: ":").last)
         #expect(tunnels.count >= 1)
         #expect(tunnels.allSatisfy { $0 == "127.0.0.1:\(port)" }, "tunnels to the emulator: \(tunnels)")
@@ -107,20 +113,21 @@ import Testing
 
     /// Delivers a backlog (every fix checked) with the proxy environment `environment(proxyURL)`;
     /// returns the tunnels the proxy opened meanwhile and the emulator's URL.
-    private func tunnelsWhileDelivering(environment: (String) -> [String: String]) async throws -> ([String], String) {
+    private func tunnelsWhileDelivering(environment: (String) -> [String: String],
+                                        over wireProtocol: FleetEngineProtocol = .rest) async throws -> ([String], String) {
         let harness = try await RelayHarness(partitions: 2, https: true)
         let proxy = try await ConnectProxy.start()
         defer { Task { await proxy.shutdown(); await harness.shutdown() } }
         let generated = GeneratedEvents(vehicles: 20, fixesPerVehicle: 3)
         try await harness.produce(generated.events.map(\.record))
         let egress = try harness.egress(proxy: try EgressProxy.from(environment: environment(proxy.url)))
-        let relay = try harness.startRelay(group: "proxy", egress: egress)
+        let relay = try harness.startRelay(group: "proxy", egress: egress, wireProtocol: wireProtocol)
         try await harness.waitUntilEverythingIsDelivered(generated, group: "proxy")
         try await relay.stop()
         #expect(harness.lostEvents(generated.events).count == 0)
         return (proxy.tunnels, harness.emulatorURL)
     }
-}
+}}
 
 /// Unit checks of how the proxy environment is read.
 @Suite struct EgressProxyTests {
@@ -185,14 +192,15 @@ private struct CapturingLogHandler: LogHandler {
     }
 }
 
-extension TransportTests {
+extension PipelineIntegrationTests.TransportTests {
     /// The binary reaches Fleet Engine by name, as in production: every TLS connection asks
     /// for that name (SNI) and the certificate must be issued for it. One from a trusted CA
     /// that names another host is refused, nothing is sent, and the log says why.
-    @Test func theRelayAsksForTheHostByNameAndRefusesACertificateIssuedForAnother() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func theRelayAsksForTheHostByNameAndRefusesACertificateIssuedForAnother(over wireProtocol: FleetEngineProtocol) async throws {
         let elsewhere = try await RelayHarness(partitions: 1, certificateNames: ["fleet.elsewhere.example"])
         try await elsewhere.produce(GeneratedEvents(vehicles: 3, fixesPerVehicle: 1).events.map(\.record))
-        let refusing = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(elsewhere, group: "wrong-name"))
+        let refusing = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(elsewhere, group: "wrong-name", over: wireProtocol))
         refusing.watchLog()
         try await eventually("the log says the certificate names another host", timeout: .seconds(60)) {
             refusing.log.contains("does not name the host")
@@ -207,7 +215,7 @@ extension TransportTests {
         let harness = try await RelayHarness(partitions: 1)
         let generated = GeneratedEvents(vehicles: 10, fixesPerVehicle: 2)
         try await harness.produce(generated.events.map(\.record))
-        let relay = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(harness, group: "by-name"))
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess(relayArguments(harness, group: "by-name", over: wireProtocol))
         try await harness.waitUntilEverythingIsDelivered(generated, group: "by-name")
         relay.process.terminate()
         let result = await relay.finish()
@@ -218,17 +226,17 @@ extension TransportTests {
     }
 
     /// `fleet-relay run` against the harness's emulator, reached as `localhost`.
-    private func relayArguments(_ harness: RelayHarness, group: String) throws -> [String] {
+    private func relayArguments(_ harness: RelayHarness, group: String, over wireProtocol: FleetEngineProtocol) throws -> [String] {
         [
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", group,
             "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
             "--fleet-engine-url", harness.emulatorURL.replacingOccurrences(of: "127.0.0.1", with: "localhost"),
-            "--metrics-port", String(try freeLoopbackPort()), "--log-format", "text",
+            "--metrics-port", String(try freeLoopbackPort()), "--log-format", "text", "--fleet-engine-protocol", wireProtocol.rawValue,
         ]
     }
 }
 
-extension TransportTests {
+extension PipelineIntegrationTests.TransportTests {
     /// Requests the server certainly did not process — above a GOAWAY's last stream ID, or
     /// refused with REFUSED_STREAM — go out again at once on a new connection, once: each
     /// stream the emulator left unprocessed is resent, or (left unprocessed a second time)
@@ -238,7 +246,8 @@ extension TransportTests {
     /// refuses because they were opened after the GOAWAY), so the relay's counts must match it
     /// exactly. Retries wait up to 10 s here: a fix left unprocessed that reaches Fleet Engine
     /// more than 2 s later was not resent at once, and only a retried one may.
-    @Test func requestsAboveAGoAwayOrRefusedAreSentAgainAtOnceAndCounted() async throws {
+    @Test(arguments: FleetEngineProtocol.allCases)
+    func requestsAboveAGoAwayOrRefusedAreSentAgainAtOnceAndCounted(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, http2: .init(goAwayBelowEveryRequests: 40, refuseShare: 0.03))
         let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
         try await harness.produce(generated.events.map(\.record))
@@ -247,7 +256,7 @@ extension TransportTests {
             "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "unprocessed",
             "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
             "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
-            "--retry-initial-ms", "10000", "--retry-max-ms", "10000",
+            "--retry-initial-ms", "10000", "--retry-max-ms", "10000", "--fleet-engine-protocol", wireProtocol.rawValue,
         ])
         try await harness.waitUntilEverythingIsDelivered(generated, group: "unprocessed")
         let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
@@ -281,7 +290,7 @@ extension TransportTests {
     }
 }
 
-extension TransportTests {
+extension PipelineIntegrationTests.TransportTests {
     /// `--http-version 2` against a server that offers only HTTP/1.1: nothing is sent over a
     /// protocol the operator ruled out, the log says so in one line, and /readyz answers 503
     /// at once, naming it.
@@ -313,7 +322,7 @@ extension TransportTests {
     }
 }
 
-extension TransportTests {
+extension PipelineIntegrationTests.TransportTests {
     static let proxySentinel = "sentinel-proxy-password-7c3a"
 
     /// Fleet Engine, the token service and the Schema Registry, all over HTTPS, through a proxy
