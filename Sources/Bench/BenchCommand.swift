@@ -78,11 +78,13 @@ struct BenchCommand: AsyncParsableCommand {
     var from: Stage = .ceilings
 
     @Option(name: .customLong("transport"),
-            help: "How the relay reaches the emulator: https (HTTPS, HTTP/2 negotiated) and plain (HTTP/1.1) (repeatable; default both). The drain and warm steady state run once per transport; the overload runs on the first.")
-    var transports: [Transport] = [.https, .plain]
+            help: "How the relay reaches the emulator: https (REST, HTTPS, HTTP/2 negotiated), grpc (gRPC over HTTPS and HTTP/2) and plain (REST over HTTP/1.1) (repeatable; default all three). The drain and warm steady state run once per transport, the quota scenario once per HTTPS transport; the overload, formats and replay run on the first.")
+    var transports: [Transport] = [.https, .grpc, .plain]
 
     /// HTTPS's relay CPU per request at most this many times plain HTTP/1.1's.
     static let httpsOverheadCeiling = 1.5
+    /// gRPC's relay CPU per request at most this many times REST's, both over HTTPS + HTTP/2.
+    static let grpcOverheadCeiling = 1.1
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
         case ceilings, drain, warm, steady, formats, replay, quota
@@ -142,9 +144,14 @@ struct BenchCommand: AsyncParsableCommand {
             let comparisons = [("backlog drain: relay CPU for the whole backlog", drainCPU),
                                ("warm steady state: relay CPU per request (one fix each)", warmCPU)]
             for (figure, cpu) in comparisons {
-                guard let https = cpu[.https], let plain = cpu[.plain] else { continue }
-                report.add("HTTPS overhead", "\(figure), HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
-                           "×", ratio: https / plain / Self.httpsOverheadCeiling, of: "the \(Self.httpsOverheadCeiling)× ceiling")
+                if let https = cpu[.https], let plain = cpu[.plain] {
+                    report.add("HTTPS overhead", "\(figure), HTTPS + HTTP/2 over plain HTTP/1.1", https / plain,
+                               "×", ratio: https / plain / Self.httpsOverheadCeiling, of: "the \(Self.httpsOverheadCeiling)× ceiling")
+                }
+                if let https = cpu[.https], let grpc = cpu[.grpc] {
+                    report.add("gRPC over REST", "\(figure), gRPC over REST (both HTTPS + HTTP/2)", grpc / https,
+                               "×", ratio: grpc / https / Self.grpcOverheadCeiling, of: "the \(Self.grpcOverheadCeiling)× ceiling")
+                }
             }
             if until >= .steady, from <= .steady {
                 say("4. overload over \(runs[0].transport.title): \(steadyRate) events/s over \(steadyVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
@@ -163,8 +170,10 @@ struct BenchCommand: AsyncParsableCommand {
                                          pendingBounds: [20_000, 400_000], report: &report)  // 400,000: the replay's default
             }
             if until >= .quota {
-                say("7. quota over \(runs[0].transport.title): \(quotaVehicles) vehicles' fixes drained against a quota of \(Int(quota)) requests/s: 1 ms and 50 ms answers, two relays in one group, the quota lifted halfway")
-                try await runs[0].quota(vehicles: quotaVehicles, fixesPerVehicle: 2, quota: quota, report: &report)
+                for run in runs where run.transport.usesTLS {
+                    say("7. quota over \(run.transport.title): \(quotaVehicles) vehicles' fixes drained against a quota of \(Int(quota)) requests/s: 1 ms and 50 ms answers, two relays in one group, the quota lifted halfway, a replay beside a live relay")
+                    try await run.quota(vehicles: quotaVehicles, fixesPerVehicle: 2, quota: quota, report: &report)
+                }
             }
         } catch {
             await environment.shutdown()

@@ -11,10 +11,25 @@ import Logging
 /// How the relay reaches the emulator in a scenario: the production path, or plain
 /// HTTP/1.1 on loopback for comparison.
 enum Transport: String, CaseIterable, ExpressibleByArgument {
+    /// REST over HTTPS, HTTP/2 negotiated.
     case https
+    /// gRPC over HTTPS and HTTP/2.
+    case grpc
+    /// REST over plain HTTP/1.1.
     case plain
 
-    var title: String { self == .https ? "HTTPS + HTTP/2" : "plain HTTP/1.1" }
+    var title: String {
+        switch self {
+        case .https: "REST over HTTPS + HTTP/2"
+        case .grpc: "gRPC over HTTPS + HTTP/2"
+        case .plain: "REST over plain HTTP/1.1"
+        }
+    }
+
+    var usesTLS: Bool { self != .plain }
+
+    /// The relay's flags for it, besides the URL and the CA file.
+    var relayArguments: [String] { self == .grpc ? ["--fleet-engine-protocol", "grpc"] : [] }
 }
 
 /// One emulator process serving one transport, and probes that reach it.
@@ -22,6 +37,8 @@ struct EmulatorEndpoint {
     let transport: Transport
     let process: ChildProcess
     let url: String
+    /// The throwaway CA of its certificate, when it serves HTTPS.
+    let caFile: String?
     let probes: Probes
 }
 
@@ -36,8 +53,6 @@ struct BenchEnvironment {
     let keyFile: String
     let key: ServiceAccountKey
     let emulators: [EmulatorEndpoint]
-    /// The throwaway CA the HTTPS emulator's certificate chains to.
-    let caFile: String
     let egress: Egress
     let http: HTTPClient
     let logger: Logger
@@ -52,39 +67,45 @@ struct BenchEnvironment {
             FileManager.default.createFile(atPath: keyFile, contents: Data(json.utf8), attributes: [.posixPermissions: 0o600])
         else { throw BenchError("cannot write a key file in \(workDirectory)") }
         let key = try ServiceAccountKey.parse(Array(json.utf8), source: keyFile)
-        let tlsDirectory = workDirectory + "/tls"
-        let caFile = tlsDirectory + "/ca.pem"
-        var processes: [(Transport, ChildProcess, String)] = []
+        var processes: [(Transport, ChildProcess, String, String?)] = []
         for transport in transports {
             let port = 18_000 + Int.random(in: 0..<2000)
-            let tlsArguments = transport == .https ? ["--generate-tls", tlsDirectory] : []
+            // A throwaway CA per emulator: each writes its own.
+            let tlsDirectory = workDirectory + "/tls-" + transport.rawValue
+            let tlsArguments = transport.usesTLS ? ["--generate-tls", tlsDirectory] : []
             let process = try ChildProcess(
                 name: "emulator-\(transport.rawValue)", executable: emulatorBinary,
                 arguments: ["emulator", "--key-file", keyFile, "--port", String(port), "--record-history", "--log-level", "warning"]
                     + tlsArguments,
                 logPath: workDirectory + "/emulator-\(transport.rawValue).log")
-            processes.append((transport, process, "\(transport == .https ? "https" : "http")://127.0.0.1:\(port)"))
-            if transport == .https {
+            processes.append((transport, process, "\(transport.usesTLS ? "https" : "http")://127.0.0.1:\(port)",
+                              transport.usesTLS ? tlsDirectory + "/ca.pem" : nil))
+            if transport.usesTLS {
                 _ = await waitUntil(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: tlsDirectory + "/server-key.pem") }
             }
         }
-        let egress = try Egress.load(caFiles: transports.contains(.https) ? [caFile] : [])
+        let egress = try Egress.load(caFiles: processes.compactMap(\.3))
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: egress.clientConfiguration(for: "https://127.0.0.1"))
         var emulators: [EmulatorEndpoint] = []
-        for (transport, process, url) in processes {
+        for (transport, process, url, caFile) in processes {
             let probes = Probes(emulatorURL: url, kafka: kafka, http: http, logger: logger)
             guard await waitUntil(timeout: .seconds(30), { await probes.get(url + "/_emulator/statistics") != nil }) else {
                 throw BenchError("the \(transport.title) emulator did not start (see \(workDirectory)/emulator-\(transport.rawValue).log)")
             }
-            emulators.append(EmulatorEndpoint(transport: transport, process: process, url: url, probes: probes))
+            emulators.append(EmulatorEndpoint(transport: transport, process: process, url: url, caFile: caFile, probes: probes))
         }
         return BenchEnvironment(relayBinary: relayBinary, relayArguments: relayArguments, workDirectory: workDirectory,
-                                cluster: cluster, kafka: kafka, keyFile: keyFile, key: key, emulators: emulators, caFile: caFile,
+                                cluster: cluster, kafka: kafka, keyFile: keyFile, key: key, emulators: emulators,
                                 egress: egress, http: http, logger: logger)
     }
 
     func emulator(_ transport: Transport) -> EmulatorEndpoint {
         emulators.first { $0.transport == transport }!
+    }
+
+    /// The relay's flags for reaching `transport`'s emulator, besides its URL: the CA file, the protocol.
+    func transportArguments(_ transport: Transport) -> [String] {
+        (emulator(transport).caFile.map { ["--ca-file", $0] } ?? []) + transport.relayArguments
     }
 
     /// Starts `fleet-relay run` on `topic` and waits until its consumer joined the group.
@@ -93,7 +114,7 @@ struct BenchEnvironment {
         let metricsPort = 20_000 + Int.random(in: 0..<5000)
         let started = ContinuousClock.now
         let endpoint = emulator(transport)
-        let transportArguments = transport == .https ? ["--ca-file", caFile] : []
+        let transportArguments = transportArguments(transport)
         let relay = try ChildProcess(name: "relay", executable: relayBinary, arguments: [
             "run", "--brokers", cluster.bootstrapServers, "--topic", topic, "--group", group, "--key-file", keyFile,
             "--fleet-engine-url", endpoint.url, "--metrics-port", String(metricsPort), "--metrics-host", "127.0.0.1",

@@ -79,9 +79,9 @@ extension Scenarios {
     private func replayBesideLiveRelay(vehicles: Int, fixesPerVehicle: Int, quota: Double, section: String,
                                        report: inout Report) async throws {
         let title = "a replay beside a live relay, 1 ms answers"
-        let live = try await produceBacklog(topic: "bench-quota-live", vehicles: vehicles, fixesPerVehicle: fixesPerVehicle,
+        let live = try await produceBacklog(topic: "bench-quota-live-\(transport.rawValue)", vehicles: vehicles, fixesPerVehicle: fixesPerVehicle,
                                             idPrefix: "quota-live-")
-        let replayed = try await produceBacklog(topic: "bench-quota-replayed", vehicles: vehicles, fixesPerVehicle: fixesPerVehicle,
+        let replayed = try await produceBacklog(topic: "bench-quota-replayed-\(transport.rawValue)", vehicles: vehicles, fixesPerVehicle: fixesPerVehicle,
                                                 idPrefix: "quota-replayed-")
         await probes.setQuota(quota, latencyMilliseconds: 1)
         let before = await probes.emulator()
@@ -93,7 +93,7 @@ extension Scenarios {
             "replay", "--brokers", environment.cluster.bootstrapServers, "--topic", replayed.topic, "--from", "-1d", "--to-end",
             "--rate", "0", "--key-file", environment.keyFile, "--fleet-engine-url", endpoint.url, "--progress", "log",
             "--log-level", "warning", "--metrics-port", String(replayPort), "--metrics-host", "127.0.0.1",
-        ] + (transport == .https ? ["--ca-file", environment.caFile] : []), logPath: "\(environment.workDirectory)/replay-quota.log")
+        ] + environment.transportArguments(transport), logPath: "\(environment.workDirectory)/replay-quota.log")
         let started = ContinuousClock.now
         func done(_ backlog: Backlog) async -> Bool {
             await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue
@@ -130,7 +130,7 @@ extension Scenarios {
     }
 
     private func quotaDrain(_ plan: QuotaCase, vehicles: Int, fixesPerVehicle: Int, unthrottledRate: Double? = nil) async throws -> QuotaRun {
-        let topic = "bench-quota-\(plan.label)"
+        let topic = "bench-quota-\(plan.label)-\(transport.rawValue)"
         // Neither prefix starts the other: each batch's vehicles are counted apart.
         let backlog = try await produceBacklog(topic: topic, vehicles: vehicles, fixesPerVehicle: fixesPerVehicle, idPrefix: "quota-\(plan.label)-first-")
         await probes.setQuota(plan.quota, latencyMilliseconds: plan.latencyMilliseconds)

@@ -54,7 +54,7 @@ extension Scenarios {
             "replay", "--brokers", environment.cluster.bootstrapServers, "--topic", topic, "--from", "-1d", "--to-end",
             "--rate", "0", "--key-file", environment.keyFile, "--fleet-engine-url", endpoint.url,
             "--max-pending-records", String(pendingBound), "--progress", "log", "--log-level", "warning",
-        ] + (transport == .https ? ["--ca-file", environment.caFile] : [])
+        ] + environment.transportArguments(transport)
         let started = ContinuousClock.now
         let process = try ChildProcess(name: "replay", executable: environment.relayBinary, arguments: arguments,
                                        logPath: "\(environment.workDirectory)/replay-\(pendingBound).log")

@@ -159,6 +159,7 @@ struct Scenarios {
         report.add(section, "coalescing (events per request)", Double(backlog.events) / requests, "events/request")
         report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
         report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
+        Self.reportBytesOnTheWire(section, from: before, to: after, report: &report)
         report.add(section, "relay peak RSS", peak, "MB")
         report.add(section, "tokens minted", minted, "tokens", ratio: minted / Double(backlog.vehicles), of: "vehicles")
         report.add(section, "events not sent for a counted reason (past the pastLocations cap, stale)", unsent, "events")
@@ -284,6 +285,7 @@ struct Scenarios {
         report.add(section, "relay CPU share", measured.cpu / measured.elapsed, "cores", ratio: measured.cpu / measured.elapsed / 2, of: "the machine's 2 cores")
         let cpuPerRequest = measured.cpu / max(measured.relayRequests, 1) * 1e6
         report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
+        Self.reportBytesOnTheWire(section, from: measured.atStart, to: measured.atEnd, report: &report)
         report.add(section, "events per update request", measured.produced / max(requestRate * measured.elapsed, 1), "events/request")
         report.add(section, "relay RSS at end", measured.rss, "MB")
         report.add(section, "relay peak RSS", measured.peakRSS, "MB")
@@ -488,5 +490,14 @@ extension Scenarios {
         guard delivered, committed else { throw BenchError("the \(group) backlog was not drained within 10 minutes") }
         guard deadLettered == 0 else { throw BenchError("\(group): \(Int(deadLettered)) records dead-lettered (see its relay log)") }
         return cpu
+    }
+
+    /// Bytes the emulator's connections carried per request (reads and updates), TLS records
+    /// included: what the protocol costs on the wire.
+    static func reportBytesOnTheWire(_ section: String, from before: JSONValue, to after: JSONValue, report: inout Report) {
+        func delta(_ field: String) -> Double { (after[field]?.numberValue ?? 0) - (before[field]?.numberValue ?? 0) }
+        let requests = max(delta("requests"), 1)
+        report.add(section, "bytes on the wire per request, relay → Fleet Engine", delta("bytes_received") / requests, "bytes")
+        report.add(section, "bytes on the wire per request, Fleet Engine → relay", delta("bytes_sent") / requests, "bytes")
     }
 }

@@ -5,8 +5,8 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// Fleet Engine's REST API for location updates over HTTPS (HTTP/2 where negotiated).
-/// Tokens are attached per request, never per connection.
+/// Fleet Engine's location updates and live-location reads, over REST (JSON; HTTP/2 where
+/// negotiated) or gRPC (HTTP/2 only). Tokens are attached per request, never per connection.
 ///
 /// Over HTTPS the requests travel on the relay's own HTTP/2 transport
 /// (`HTTP2ConnectionPool`): at least one connection per event loop, and more as the

@@ -169,7 +169,7 @@ public final class FleetEngineEmulator: EmulatedService {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
         if GRPCCalls.isCall(request) {
             switch GRPCCalls.restRequest(for: request) {
-            case .success(let rest): return GRPCCalls.answer(await serve(rest), for: request)
+            case .success(let call): return GRPCCalls.answer(await serve(call.rest), for: request, updated: call.updated)
             case .failure(let failure): return failure.response
             }
         }
@@ -208,6 +208,12 @@ public final class FleetEngineEmulator: EmulatedService {
         return await body()
     }
 
+    /// The server it is served on when another started it (`EmulatorHost.start` with other
+    /// services): its connection counts join the statistics, and `shutdown` stops it.
+    public func attach(to server: HTTPServer) {
+        self.server.withLock { $0 = server }
+    }
+
     public var baseURL: String? { server.withLock { $0?.baseURL } }
 
     /// What the server saw at the connection layer (connections, HTTP/2 streams, GOAWAYs, resets).
@@ -226,8 +232,8 @@ public final class FleetEngineEmulator: EmulatedService {
         return withheld.compactMap { withheld in
             var request = withheld.request
             if GRPCCalls.isCall(request) {
-                guard case .success(let rest) = GRPCCalls.restRequest(for: request) else { return nil }
-                request = rest
+                guard case .success(let call) = GRPCCalls.restRequest(for: request) else { return nil }
+                request = call.rest
             }
             guard let target = Self.target(of: request.path),
                   let update = try? UpdateBodyValidator.validate(body: request.body, updateMask: request.query["updateMask"])
@@ -426,7 +432,10 @@ public final class FleetEngineEmulator: EmulatedService {
         case ("GET", "/_emulator/statistics"):
             let newerThan = request.query["newer_than"].flatMap { Int64($0) }
             let prefix = request.query["id_prefix"]?.removingPercentEncoding ?? ""
-            return .json(200, state.withLock { Self.statisticsJSON($0, newerThan: newerThan, idPrefix: prefix, recordsHistory: recordsHistory) })
+            let transport = transportStatistics
+            return .json(200, state.withLock {
+                Self.statisticsJSON($0, transport: transport, newerThan: newerThan, idPrefix: prefix, recordsHistory: recordsHistory)
+            })
         case ("POST", "/_emulator/reset-latency"):
             let locatedAfter = request.query["located_after"].flatMap { Int64($0) } ?? .min
             state.withLock { ($0.latency, $0.latencyLocatedAfter) = (LatencyHistogram(), locatedAfter) }
@@ -441,10 +450,13 @@ public final class FleetEngineEmulator: EmulatedService {
         }
     }
 
-    private static func statisticsJSON(_ state: State, newerThan: Int64?, idPrefix: String, recordsHistory: Bool) -> String {
+    private static func statisticsJSON(_ state: State, transport: HTTPServerStatistics.Counts?, newerThan: Int64?, idPrefix: String,
+                                       recordsHistory: Bool) -> String {
         var body = JSONObjectWriter()
         let statistics = state.statistics
         body.add("requests", statistics.requests)
+        body.add("bytes_received", transport?.bytesReceived ?? 0)
+        body.add("bytes_sent", transport?.bytesSent ?? 0)
         body.add("throttled_requests", statistics.responsesByStatus[429] ?? 0)
         body.add("update_requests", statistics.updateRequests)
         body.add("accepted_updates", statistics.updateResponsesByStatus[200] ?? 0)

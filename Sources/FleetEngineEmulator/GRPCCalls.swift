@@ -18,9 +18,16 @@ enum GRPCCalls {
         request.header("content-type")?.lowercased().hasPrefix("application/grpc") == true
     }
 
+    /// A call as the REST request it stands for, and for an update the vehicle it sent (named):
+    /// what the answer carries, as Fleet Engine's updated vehicle does.
+    struct Translated {
+        let rest: HTTPRequest
+        let updated: (any SwiftProtobuf.Message)?
+    }
+
     /// The REST request a call stands for, or the gRPC answer refusing it (an unknown method,
     /// a message that cannot be read, a name that names no vehicle).
-    static func restRequest(for call: HTTPRequest) -> Result<HTTPRequest, GRPCFailure> {
+    static func restRequest(for call: HTTPRequest) -> Result<Translated, GRPCFailure> {
         guard call.method == "POST" else { return .failure(GRPCFailure(.unimplemented, "gRPC calls are POSTs")) }
         guard let message = unframed(call.body) else {
             return .failure(GRPCFailure(.internal, "the request is not one uncompressed length-prefixed message"))
@@ -34,8 +41,11 @@ enum GRPCCalls {
                 let request = try Maps_Fleetengine_V1_UpdateVehicleRequest(serializedBytes: message)
                 var vehicle = request.vehicle
                 vehicle.name = ""
-                return rest(call, "PUT", name: request.name, collection: "vehicles", mask: request.updateMask,
-                            body: try vehicle.jsonUTF8Bytes())
+                let body: [UInt8] = try vehicle.jsonUTF8Bytes()
+                vehicle.name = request.name
+                vehicle.pastLocations = []
+                return rest(call, "PUT", name: request.name, collection: "vehicles", mask: request.updateMask, body: body,
+                            updated: vehicle)
             case "/maps.fleetengine.delivery.v1.DeliveryService/GetDeliveryVehicle":
                 let request = try Maps_Fleetengine_Delivery_V1_GetDeliveryVehicleRequest(serializedBytes: message)
                 return rest(call, "GET", name: request.name, collection: "deliveryVehicles")
@@ -44,8 +54,11 @@ enum GRPCCalls {
                 var vehicle = request.deliveryVehicle
                 let name = vehicle.name
                 vehicle.name = ""
-                return rest(call, "PATCH", name: name, collection: "deliveryVehicles", mask: request.updateMask,
-                            body: try vehicle.jsonUTF8Bytes())
+                let body: [UInt8] = try vehicle.jsonUTF8Bytes()
+                vehicle.name = name
+                vehicle.pastLocations = []
+                return rest(call, "PATCH", name: name, collection: "deliveryVehicles", mask: request.updateMask, body: body,
+                            updated: vehicle)
             default:
                 return .failure(GRPCFailure(.unimplemented, "Method not found: \(call.path)"))
             }
@@ -57,7 +70,8 @@ enum GRPCCalls {
     /// `providers/{provider}/{collection}/{id}` as the REST path `/v1/providers/…`, segments
     /// percent-encoded.
     private static func rest(_ call: HTTPRequest, _ method: String, name: String, collection: String,
-                             mask: Google_Protobuf_FieldMask? = nil, body: [UInt8] = []) -> Result<HTTPRequest, GRPCFailure> {
+                             mask: Google_Protobuf_FieldMask? = nil, body: [UInt8] = [],
+                             updated: (any SwiftProtobuf.Message)? = nil) -> Result<Translated, GRPCFailure> {
         let segments = name.split(separator: "/", omittingEmptySubsequences: false)
         guard segments.count == 4, segments[0] == "providers", !segments[1].isEmpty, segments[2] == collection, !segments[3].isEmpty else {
             return .failure(GRPCFailure(.invalidArgument, "name must be providers/{provider}/\(collection)/{id}, not \"\(name)\""))
@@ -65,18 +79,23 @@ enum GRPCCalls {
         let vehicle = VehicleIdentity(kind: collection == "vehicles" ? .vehicle : .deliveryVehicle, id: String(segments[3]))
         let path = FleetEngineRequest.vehiclePath(provider: String(segments[1]), vehicle: vehicle)
         let query = mask.map { ["updateMask": $0.paths.joined(separator: ",")] } ?? [:]
-        return .success(HTTPRequest(method: method, path: path, query: query, headers: call.headers, body: body,
-                                    connection: call.connection))
+        return .success(Translated(rest: HTTPRequest(method: method, path: path, query: query, headers: call.headers, body: body,
+                                                     connection: call.connection), updated: updated))
     }
 
-    /// The gRPC answer for a REST answer: the vehicle as a message, or its error as a status.
-    static func answer(_ response: HTTPResponse, for call: HTTPRequest) -> HTTPResponse {
+    /// The gRPC answer for a REST answer: the vehicle as a message (an update's from what it sent,
+    /// a read's from the stored JSON), or its error as a status.
+    static func answer(_ response: HTTPResponse, for call: HTTPRequest, updated: (any SwiftProtobuf.Message)?) -> HTTPResponse {
         guard (200..<300).contains(response.status) else {
             let message = GoogleAPIError.message(fromBody: String(decoding: response.body, as: UTF8.self)) ?? "HTTP \(response.status)"
             let retryAfter = response.headers.first { $0.name.lowercased() == "retry-after" }.flatMap { Double($0.value) }
             return GRPCFailure(GRPCCode(httpStatus: response.status), message, retryAfterSeconds: retryAfter).response
         }
         do {
+            if let updated {
+                return HTTPResponse(status: 200, headers: [("content-type", "application/grpc")], body: framed(try updated.serializedBytes()),
+                                    trailers: [("grpc-status", "0")])
+            }
             let json = String(decoding: response.body, as: UTF8.self)
             let options = { var options = JSONDecodingOptions(); options.ignoreUnknownFields = true; return options }()
             let message: any SwiftProtobuf.Message = call.path.hasPrefix("/maps.fleetengine.delivery.")

@@ -62,6 +62,7 @@ public final class HTTPServer: Sendable {
                 statistics.count(\.connections)
                 channel.closeFuture.whenComplete { _ in statistics.count(\.connectionsClosed) }
                 do {
+                    try channel.pipeline.syncOperations.addHandler(WireByteCounter(statistics: statistics))
                     try prepareConnection?(channel)
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -152,5 +153,30 @@ final class AuthorizationIndexingWatch: ChannelInboundHandler {
             }
         }
         context.fireChannelRead(data)
+    }
+}
+
+/// Counts the bytes a connection carries either way as they cross the socket (TLS records
+/// included): what a protocol costs on the wire.
+final class WireByteCounter: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let statistics: HTTPServerStatistics
+
+    init(statistics: HTTPServerStatistics) {
+        self.statistics = statistics
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        statistics.addBytes(received: unwrapInboundIn(data).readableBytes)
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        statistics.addBytes(sent: unwrapOutboundIn(data).readableBytes)
+        context.write(data, promise: promise)
     }
 }

@@ -19,6 +19,9 @@ public final class HTTPServerStatistics: Sendable {
         /// HTTP/2 `authorization` fields sent never-indexed, and sent so that HPACK may index them.
         public var authorizationsNeverIndexed = 0
         public var authorizationsIndexable = 0
+        /// Bytes every connection carried, as they crossed the socket.
+        public var bytesReceived = 0
+        public var bytesSent = 0
     }
 
     /// A request the server left unprocessed, and when.
@@ -38,7 +41,21 @@ public final class HTTPServerStatistics: Sendable {
         withheld.withLock { $0.append(WithheldRequest(request: request, at: .now)) }
     }
 
-    public var current: Counts { counts.withLock { $0 } }
+    private let bytesReceived = Atomic(0)
+    private let bytesSent = Atomic(0)
+
+    public var current: Counts {
+        var current = counts.withLock { $0 }
+        current.bytesReceived = bytesReceived.load(ordering: .relaxed)
+        current.bytesSent = bytesSent.load(ordering: .relaxed)
+        return current
+    }
+
+    /// Called for every read and write: atomics, not the lock of the other counts.
+    func addBytes(received: Int = 0, sent: Int = 0) {
+        if received > 0 { bytesReceived.add(received, ordering: .relaxed) }
+        if sent > 0 { bytesSent.add(sent, ordering: .relaxed) }
+    }
 
     public func count(_ field: WritableKeyPath<Counts, Int>) {
         counts.withLock { $0[keyPath: field] += 1 }

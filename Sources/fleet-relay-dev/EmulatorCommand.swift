@@ -143,6 +143,7 @@ struct EmulatorCommand: AsyncParsableCommand {
         } catch {
             throw StartupError("cannot listen on \(host):\(port): \(error)")
         }
+        emulator.attach(to: server)
         let url = server.baseURL
         logger.info("Fleet Engine emulator listening on \(url) for provider \(emulator.provider)")
         let standIns = "token service \(url)\(TokenServiceEmulator.path), IAM signJwt \(url), Schema Registry \(url), "

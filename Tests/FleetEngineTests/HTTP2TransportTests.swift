@@ -138,7 +138,7 @@ import Testing
 
     /// A path that drops the connection without a word: the request on it fails once the PING
     /// goes unanswered, long before its 60 s timeout, and the next one takes a new connection.
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func aConnectionThatGoesSilentIsClosedWhenItsPingIsNotAnswered(over wireProtocol: FleetEngineProtocol) async throws {
         try await withHTTPSEmulator { served in
             let liveness = HTTP2Liveness(pingAfterSilence: .milliseconds(300), pingTimeout: .milliseconds(700), idleTimeout: .seconds(60))

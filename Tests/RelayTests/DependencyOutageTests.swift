@@ -86,7 +86,9 @@ import Testing
     }
 
     static func expectHealthyThroughout(_ samples: OpsSamples) {
-        #expect(samples.liveness.count >= 50, "sampled /healthz \(samples.liveness.count) times")
+        // About one sample a second over 75 s; a machine busy with the other suites answers slower,
+        // and one sample every 2.5 s still shows a restart (a probe fails three times in 30 s).
+        #expect(samples.liveness.count >= 30, "sampled /healthz \(samples.liveness.count) times")
         #expect(samples.liveness.allSatisfy { $0 == 200 },
                 "/healthz answered \(samples.liveness.filter { $0 != 200 }.count) times other than 200: a liveness probe would restart the relay")
     }

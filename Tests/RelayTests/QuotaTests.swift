@@ -10,8 +10,9 @@ import Testing
 extension PipelineIntegrationTests {
     @Suite struct QuotaTests {
         /// Far below what the relay sends, also as a debug build on a slow machine sharing its
-        /// cores with the other tests (about 260 requests a second there).
-        static let quota = 150.0
+        /// cores with the other tests: about 260 requests a second on an ordinary day, 130 on a
+        /// day the machine runs at half speed (and gRPC's debug-built protobuf costs a little more).
+        static let quota = 100.0
         static let maximumInFlight = 32
 
         /// What the emulator counted at one moment: requests and 429s.
@@ -109,11 +110,11 @@ extension PipelineIntegrationTests {
         /// thousand a second): the learnt rate still uses at least 90 % of the quota with at most
         /// 5 % refused, and every fix arrives, none backwards.
         /// Over gRPC too: RESOURCE_EXHAUSTED is the same throttle.
-        @Test(arguments: FleetEngineProtocol.allCases)
+        @Test(.serialized, arguments: FleetEngineProtocol.allCases)
         func theRelayKeepsTheQuotaWhenAnswersAreFast(over wireProtocol: FleetEngineProtocol) async throws {
             let harness = try await RelayHarness(partitions: 4)
-            // 3,500 vehicles: 7,000 requests, 47 s at the quota, past the 20 s measured.
-            let (relay, generated, metricsPort) = try await Self.start(harness, vehicles: 3_500, latency: .milliseconds(1), over: wireProtocol)
+            // 2,500 vehicles: 5,000 requests, 50 s at the quota, past the 20 s measured.
+            let (relay, generated, metricsPort) = try await Self.start(harness, vehicles: 2_500, latency: .milliseconds(1), over: wireProtocol)
             _ = try await Self.measure(harness, metricsPort: metricsPort)
             try await eventually("every fix arrives", timeout: .seconds(120)) { harness.lostEvents(generated.events).isEmpty }
             relay.process.terminate()

@@ -133,7 +133,7 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func retriesTransientFailuresAndLosesNothing(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2)
         harness.emulator.injectFaults(.init(status: 503, retryAfter: "0"), count: 15)
@@ -157,7 +157,7 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func tokensFleetEngineRefusesAreRetriedOnceThenDeadLettered(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 1)
         let strangerKey = try ServiceAccountKey.parse(Array(ServiceAccountKey.generateKeyFileJSON(
@@ -180,7 +180,7 @@ extension PipelineIntegrationTests {
         await harness.shutdown()
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func fixesOlderThanFleetEnginesLiveLocationAreNeverSent(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 1)
         let generated = GeneratedEvents(vehicles: 5, fixesPerVehicle: 4)

@@ -171,9 +171,10 @@ extension IntegrationTests {
         return configuration
     }
 
-    static func replay(_ harness: RelayHarness, _ configuration: ReplayConfiguration) async throws -> ReplaySummary {
+    static func replay(_ harness: RelayHarness, _ configuration: ReplayConfiguration,
+                       over wireProtocol: FleetEngineProtocol = .rest) async throws -> ReplaySummary {
         let client = FleetEngineClient(configuration: .init(baseURL: harness.emulatorURL, provider: harness.key.projectId,
-                                                                 egress: try harness.egress()))
+                                                            wireProtocol: wireProtocol, egress: try harness.egress()))
         defer { Task { await client.shutdown() } }
         let replayer = Replayer(configuration: configuration, kafka: harness.kafka,
                                 sender: ReplaySender(client: client, tokens: TokenCache(signer: LocalKeySigner(key: harness.key))),
@@ -254,7 +255,8 @@ extension IntegrationTests {
         await #expect(throws: ReplayError.self) { try await missing.replay() }
     }
 
-    @Test func neverMovesALiveVehicleBackAndLeavesTheLiveGroupsOffsetsAlone() async throws {
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
+    func neverMovesALiveVehicleBackAndLeavesTheLiveGroupsOffsetsAlone(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 4)
         defer { Task { await harness.shutdown() } }
         let start = WallClock.nowMilliseconds() - 3_600_000
@@ -262,7 +264,7 @@ extension IntegrationTests {
         // is down past its retry deadline); after it, newer fixes of the first 10 get through.
         harness.emulator.goDown(for: .seconds(3600))
         _ = try await Self.produceTimed(harness, vehicles: 30, steps: 5, start: start)
-        let relay = try harness.startRelay(group: "live") { $0.retryDeadline = .milliseconds(300) }
+        let relay = try harness.startRelay(group: "live", wireProtocol: wireProtocol) { $0.retryDeadline = .milliseconds(300) }
         try await eventually("the live relay dead-lettered the outage's fixes") { try await harness.committedToTheEnd(group: "live") }
         harness.emulator.goDown(for: .zero)
         let live = try await Self.produceTimed(harness, vehicles: 10, steps: 1, start: start + 600_000)
@@ -274,7 +276,7 @@ extension IntegrationTests {
         let committedBefore = try await harness.committedOffsets(group: "live")
         let updatesBefore = harness.emulator.statistics.updateRequests
 
-        let summary = try await Self.replay(harness, Self.configuration(harness, from: start, to: start + 60_000))
+        let summary = try await Self.replay(harness, Self.configuration(harness, from: start, to: start + 60_000), over: wireProtocol)
         #expect(summary.skippedNewerLive == 10 * 5 && summary.unaccounted == 0)
         #expect(summary.sent == 20 * 5)
         for event in live {

@@ -12,10 +12,8 @@ import Synchronization
 import Testing
 
 /// The production path: HTTPS to Fleet Engine, HTTP/2 where ALPN offers it, through a
-/// proxy when the environment names one; with the faults Google's front ends produce. In the
-/// chain of the quota tests, so that their heavy GOAWAY drains never share the cores with a
-/// quota measurement.
-extension PipelineIntegrationTests { @Suite struct TransportTests {
+/// proxy when the environment names one; with the faults Google's front ends produce.
+@Suite(.serialized) struct TransportTests {
     @Test(arguments: [Egress.HTTPVersion.automatic, .http1])
     func deliversEveryFixOverHTTPS(httpVersion: Egress.HTTPVersion) async throws {
         let harness = try await RelayHarness(partitions: 4, https: true)
@@ -39,7 +37,7 @@ extension PipelineIntegrationTests { @Suite struct TransportTests {
         }
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func goAwaysAndStreamResetsLoseNothingAndStrandNoRequest(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 4, https: true,
                                              http2: .init(goAwayEveryRequests: 500, resetShare: 0.01))
@@ -65,7 +63,7 @@ extension PipelineIntegrationTests { @Suite struct TransportTests {
                 "only reset streams were retried: a stream above a GOAWAY's last one goes out again at once, on a new connection")
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func anUntrustedCertificateSendsNothingAndSaysWhyUntilTheRightCAIsGiven(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, https: true)
         defer { Task { await harness.shutdown() } }
@@ -97,7 +95,7 @@ extension PipelineIntegrationTests { @Suite struct TransportTests {
         #expect(harness.lostEvents(generated.events).count == 0)
     }
 
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func httpsProxyFromTheEnvironmentCarriesTheTraffic(over wireProtocol: FleetEngineProtocol) async throws {
         let (tunnels, emulatorURL) = try await tunnelsWhileDelivering(
             environment: { ["HTTPS_PROXY": $0, "NO_PROXY": "metadata.google.internal,.svc.cluster.local"] }, over: wireProtocol)
@@ -127,7 +125,7 @@ extension PipelineIntegrationTests { @Suite struct TransportTests {
         #expect(harness.lostEvents(generated.events).count == 0)
         return (proxy.tunnels, harness.emulatorURL)
     }
-}}
+}
 
 /// Unit checks of how the proxy environment is read.
 @Suite struct EgressProxyTests {
@@ -192,11 +190,11 @@ private struct CapturingLogHandler: LogHandler {
     }
 }
 
-extension PipelineIntegrationTests.TransportTests {
+extension TransportTests {
     /// The binary reaches Fleet Engine by name, as in production: every TLS connection asks
     /// for that name (SNI) and the certificate must be issued for it. One from a trusted CA
     /// that names another host is refused, nothing is sent, and the log says why.
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func theRelayAsksForTheHostByNameAndRefusesACertificateIssuedForAnother(over wireProtocol: FleetEngineProtocol) async throws {
         let elsewhere = try await RelayHarness(partitions: 1, certificateNames: ["fleet.elsewhere.example"])
         try await elsewhere.produce(GeneratedEvents(vehicles: 3, fixesPerVehicle: 1).events.map(\.record))
@@ -236,7 +234,7 @@ extension PipelineIntegrationTests.TransportTests {
     }
 }
 
-extension PipelineIntegrationTests.TransportTests {
+extension TransportTests {
     /// Requests the server certainly did not process — above a GOAWAY's last stream ID, or
     /// refused with REFUSED_STREAM — go out again at once on a new connection, once: each
     /// stream the emulator left unprocessed is resent, or (left unprocessed a second time)
@@ -246,7 +244,7 @@ extension PipelineIntegrationTests.TransportTests {
     /// refuses because they were opened after the GOAWAY), so the relay's counts must match it
     /// exactly. Retries wait up to 10 s here: a fix left unprocessed that reaches Fleet Engine
     /// more than 2 s later was not resent at once, and only a retried one may.
-    @Test(arguments: FleetEngineProtocol.allCases)
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
     func requestsAboveAGoAwayOrRefusedAreSentAgainAtOnceAndCounted(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, http2: .init(goAwayBelowEveryRequests: 40, refuseShare: 0.03))
         let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
@@ -290,7 +288,7 @@ extension PipelineIntegrationTests.TransportTests {
     }
 }
 
-extension PipelineIntegrationTests.TransportTests {
+extension TransportTests {
     /// `--http-version 2` against a server that offers only HTTP/1.1: nothing is sent over a
     /// protocol the operator ruled out, the log says so in one line, and /readyz answers 503
     /// at once, naming it.
@@ -322,7 +320,7 @@ extension PipelineIntegrationTests.TransportTests {
     }
 }
 
-extension PipelineIntegrationTests.TransportTests {
+extension TransportTests {
     static let proxySentinel = "sentinel-proxy-password-7c3a"
 
     /// Fleet Engine, the token service and the Schema Registry, all over HTTPS, through a proxy
