@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import Egress
 import FleetAuth
+import FleetEngine
 import FleetSimulator
 import Foundation
 import Kafka
@@ -28,7 +29,10 @@ enum Transport: String, CaseIterable, ExpressibleByArgument {
 
     var usesTLS: Bool { self != .plain }
 
-    /// The relay's flags for it, besides the URL and the CA file.
+    var wireProtocol: FleetEngineProtocol { self == .grpc ? .grpc : .rest }
+
+    /// The relay's flags for it, besides the URL and the CA file (none for REST, so that builds
+    /// older than the flag can be benchmarked too).
     var relayArguments: [String] { self == .grpc ? ["--fleet-engine-protocol", "grpc"] : [] }
 }
 

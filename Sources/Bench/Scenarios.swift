@@ -50,7 +50,8 @@ struct Scenarios {
             tokens.append((vehicle, try await signer.mint(for: vehicle).token))
         }
         let client = FleetEngineClient(configuration: .init(baseURL: emulator.url, provider: environment.key.projectId,
-                                                            maximumInFlight: 64, egress: environment.egress))
+                                                            wireProtocol: transport.wireProtocol, maximumInFlight: 64,
+                                                            egress: environment.egress))
         let base: Int64 = 1_600_000_000_000  // 2020: older than every scenario's fixes
         let minted = tokens
         let emulatorCPU = emulator.process.cpuSeconds
