@@ -175,7 +175,7 @@ public final class FleetEngineClient: Sendable {
             let answer = GRPCAnswer(response)
             let status = answer.code.httpStatus
             let outcome = FleetEngineOutcome.classify(status: status, retryAfterSeconds: answer.retryDelaySeconds)
-            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : answer.code.name + ": " + answer.message)
+            return Response(status: status, outcome: outcome, message: outcome == .accepted ? "" : answer.detail)
         case .failure(let failure):
             return Response(status: 0, outcome: .transient(cause: .transport(failure.cause), retryAfterSeconds: nil), message: failure.message)
         }
@@ -211,8 +211,7 @@ public final class FleetEngineClient: Sendable {
         case .success(let response):
             let answer = GRPCAnswer(response)
             guard answer.code == .ok else {
-                return VehicleFetch(status: answer.code.httpStatus, locationMilliseconds: nil, message: answer.code.name + ": " + answer.message,
-                                    failure: nil)
+                return VehicleFetch(status: answer.code.httpStatus, locationMilliseconds: nil, message: answer.detail, failure: nil)
             }
             guard let location = try? LiveLocation.milliseconds(fromVehicleMessage: response.body, kind: vehicle.kind) else {
                 return VehicleFetch(status: 500, locationMilliseconds: nil, message: "the vehicle's message could not be read", failure: nil)

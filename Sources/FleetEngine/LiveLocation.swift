@@ -17,15 +17,10 @@ public enum LiveLocation {
     /// The same from a `Vehicle` or `DeliveryVehicle` message in a gRPC frame; throws when the
     /// frame or the message cannot be read.
     public static func milliseconds(fromVehicleMessage framed: ByteBuffer, kind: VehicleKind) throws -> Int64? {
-        guard let message = GRPCAnswer.unframed(framed) else { throw UnreadableMessage() }
-        let bytes = Array(message.readableBytesView)
-        switch kind {
-        case .vehicle:
-            let vehicle = try Maps_Fleetengine_V1_Vehicle(serializedBytes: bytes)
-            return vehicle.hasLastLocation ? vehicle.lastLocation.newestTimeMilliseconds : nil
-        case .deliveryVehicle:
-            let vehicle = try Maps_Fleetengine_Delivery_V1_DeliveryVehicle(serializedBytes: bytes)
-            return vehicle.hasLastLocation ? vehicle.lastLocation.newestTimeMilliseconds : nil
+        guard let bytes = GRPCFrame.message(in: framed) else { throw UnreadableMessage() }
+        return switch kind {
+        case .vehicle: try Maps_Fleetengine_V1_Vehicle(serializedBytes: bytes).locationMilliseconds
+        case .deliveryVehicle: try Maps_Fleetengine_Delivery_V1_DeliveryVehicle(serializedBytes: bytes).locationMilliseconds
         }
     }
 

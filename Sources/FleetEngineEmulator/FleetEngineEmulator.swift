@@ -38,6 +38,8 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Counters over every request served.
     public struct Statistics: Sendable {
         public var requests = 0
+        /// Calls that came over gRPC (each also counted, as the REST request it stands for, below).
+        public var grpcCalls = 0
         public var responsesByStatus: [Int: Int] = [:]
         /// Update requests (PUT/PATCH) and how each was answered.
         public var updateRequests = 0
@@ -168,6 +170,7 @@ public final class FleetEngineEmulator: EmulatedService {
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
         if request.path.hasPrefix("/_emulator/") { return administer(request) }
         if GRPCCalls.isCall(request) {
+            state.withLock { $0.statistics.grpcCalls += 1 }
             switch GRPCCalls.restRequest(for: request) {
             case .success(let call): return GRPCCalls.answer(await serve(call.rest), for: request, updated: call.updated)
             case .failure(let failure): return failure.response

@@ -3,6 +3,7 @@ import FleetEngineProtos
 import FleetModel
 import Foundation
 import HTTPServing
+import NIOCore
 import JSON
 import SwiftProtobuf
 
@@ -29,7 +30,7 @@ enum GRPCCalls {
     /// a message that cannot be read, a name that names no vehicle).
     static func restRequest(for call: HTTPRequest) -> Result<Translated, GRPCFailure> {
         guard call.method == "POST" else { return .failure(GRPCFailure(.unimplemented, "gRPC calls are POSTs")) }
-        guard let message = unframed(call.body) else {
+        guard let message = GRPCFrame.message(in: ByteBuffer(bytes: call.body)) else {
             return .failure(GRPCFailure(.internal, "the request is not one uncompressed length-prefixed message"))
         }
         do {
@@ -39,32 +40,32 @@ enum GRPCCalls {
                 return rest(call, "GET", name: request.name, collection: "vehicles")
             case "/maps.fleetengine.v1.VehicleService/UpdateVehicle":
                 let request = try Maps_Fleetengine_V1_UpdateVehicleRequest(serializedBytes: message)
-                var vehicle = request.vehicle
-                vehicle.name = ""
-                let body: [UInt8] = try vehicle.jsonUTF8Bytes()
-                vehicle.name = request.name
-                vehicle.pastLocations = []
-                return rest(call, "PUT", name: request.name, collection: "vehicles", mask: request.updateMask, body: body,
-                            updated: vehicle)
+                return try rest(call, "PUT", updating: request.vehicle, named: request.name, collection: "vehicles", mask: request.updateMask)
             case "/maps.fleetengine.delivery.v1.DeliveryService/GetDeliveryVehicle":
                 let request = try Maps_Fleetengine_Delivery_V1_GetDeliveryVehicleRequest(serializedBytes: message)
                 return rest(call, "GET", name: request.name, collection: "deliveryVehicles")
             case "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle":
                 let request = try Maps_Fleetengine_Delivery_V1_UpdateDeliveryVehicleRequest(serializedBytes: message)
-                var vehicle = request.deliveryVehicle
-                let name = vehicle.name
-                vehicle.name = ""
-                let body: [UInt8] = try vehicle.jsonUTF8Bytes()
-                vehicle.name = name
-                vehicle.pastLocations = []
-                return rest(call, "PATCH", name: name, collection: "deliveryVehicles", mask: request.updateMask, body: body,
-                            updated: vehicle)
+                return try rest(call, "PATCH", updating: request.deliveryVehicle, named: request.deliveryVehicle.name,
+                                collection: "deliveryVehicles", mask: request.updateMask)
             default:
                 return .failure(GRPCFailure(.unimplemented, "Method not found: \(call.path)"))
             }
         } catch {
             return .failure(GRPCFailure(.invalidArgument, "The request message cannot be read: \(error)"))
         }
+    }
+
+    /// An update: REST's body is the vehicle without its name (the path names it); the answer
+    /// carries the vehicle as sent, named, without the input-only past locations.
+    private static func rest(_ call: HTTPRequest, _ method: String, updating vehicle: some GRPCVehicleMessage, named name: String,
+                             collection: String, mask: Google_Protobuf_FieldMask) throws -> Result<Translated, GRPCFailure> {
+        var vehicle = vehicle
+        vehicle.name = ""
+        let body: [UInt8] = try vehicle.jsonUTF8Bytes()
+        vehicle.name = name
+        vehicle.pastLocations = []
+        return rest(call, method, name: name, collection: collection, mask: mask, body: body, updated: vehicle)
     }
 
     /// `providers/{provider}/{collection}/{id}` as the REST path `/v1/providers/…`, segments
@@ -93,8 +94,8 @@ enum GRPCCalls {
         }
         do {
             if let updated {
-                return HTTPResponse(status: 200, headers: [("content-type", "application/grpc")], body: framed(try updated.serializedBytes()),
-                                    trailers: [("grpc-status", "0")])
+                return HTTPResponse(status: 200, headers: [("content-type", "application/grpc")],
+                                    body: framed(try updated.serializedBytes()), trailers: [("grpc-status", "0")])
             }
             let json = String(decoding: response.body, as: UTF8.self)
             let options = { var options = JSONDecodingOptions(); options.ignoreUnknownFields = true; return options }()
@@ -109,16 +110,8 @@ enum GRPCCalls {
         }
     }
 
-    static func framed(_ message: [UInt8]) -> [UInt8] {
-        let length = UInt32(message.count)
-        return [0, UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)] + message
-    }
-
-    static func unframed(_ body: [UInt8]) -> [UInt8]? {
-        guard body.count >= 5, body[0] == 0 else { return nil }
-        let length = body[1...4].reduce(0) { $0 << 8 | Int($1) }
-        guard body.count == 5 + length else { return nil }
-        return Array(body[5...])
+    private static func framed(_ message: [UInt8]) -> [UInt8] {
+        Array(GRPCFrame.framing(message).readableBytesView)
     }
 }
 

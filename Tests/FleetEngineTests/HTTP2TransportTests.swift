@@ -156,6 +156,7 @@ import Testing
             await client.shutdown()
             #expect(served.emulator.transportStatistics?.connections == 2, "the next request on a new connection")
             #expect(served.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "veh-1"))?.locationTimeMilliseconds == 1_795_381_202_000)
+            #expect(served.emulator.statistics.grpcCalls == (wireProtocol == .grpc ? served.emulator.statistics.requests : 0))
         }
     }
 

@@ -120,6 +120,7 @@ extension PipelineIntegrationTests {
             relay.process.terminate()
             #expect(await relay.finish().status == 0)
             #expect(harness.backwardsUpdates == 0)
+            harness.expectServed(over: wireProtocol)
             await harness.shutdown()
         }
     }

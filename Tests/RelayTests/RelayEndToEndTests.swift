@@ -154,6 +154,7 @@ extension PipelineIntegrationTests {
             #expect(harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: id))?.locationTimeMilliseconds == event.recordedAt)
         }
         #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
+        harness.expectServed(over: wireProtocol)
         await harness.shutdown()
     }
 
@@ -177,6 +178,7 @@ extension PipelineIntegrationTests {
         let end = try await harness.endOffsets()
         let committed = try await harness.committedOffsets(group: "relay")
         #expect(committed[0] == .some(end[0]))
+        harness.expectServed(over: wireProtocol)
         await harness.shutdown()
     }
 
@@ -204,6 +206,7 @@ extension PipelineIntegrationTests {
         #expect(harness.emulator.statistics.updateRequests == 5, "only the five seeding updates")
         #expect(harness.backwardsUpdates == 0)
         #expect(try await harness.committedToTheEnd(group: "relay"))
+        harness.expectServed(over: wireProtocol)
         await harness.shutdown()
     }
 }

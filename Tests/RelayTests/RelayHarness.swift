@@ -11,6 +11,7 @@ import Logging
 import Relay
 import ServiceLifecycle
 import Synchronization
+import Testing
 
 /// A mock Kafka cluster, an in-process Fleet Engine emulator and a key: the
 /// real peers the relay talks to, on loopback.
@@ -143,6 +144,20 @@ final class RelayHarness: Sendable {
         let serviceGroup = ServiceGroup(services: [relay], logger: logger)
         let task = Task { try await serviceGroup.run() }
         return RunningRelay(relay: relay, group: serviceGroup, task: task, client: client)
+    }
+
+    /// Every Fleet Engine request the emulator served came over `wireProtocol`, and there were
+    /// some: a test run for gRPC cannot pass over REST.
+    func expectServed(over wireProtocol: FleetEngineProtocol, sourceLocation: SourceLocation = #_sourceLocation) {
+        Self.expectServed(by: emulator, over: wireProtocol, sourceLocation: sourceLocation)
+    }
+
+    static func expectServed(by emulator: FleetEngineEmulator, over wireProtocol: FleetEngineProtocol,
+                             sourceLocation: SourceLocation = #_sourceLocation) {
+        let statistics = emulator.statistics
+        #expect(statistics.requests > 0, "the emulator served nothing", sourceLocation: sourceLocation)
+        #expect(statistics.grpcCalls == (wireProtocol == .grpc ? statistics.requests : 0),
+                "\(statistics.grpcCalls) gRPC calls of \(statistics.requests) requests over \(wireProtocol)", sourceLocation: sourceLocation)
     }
 
     func committedOffsets(group: String) async throws -> [Int32: Int64?] {

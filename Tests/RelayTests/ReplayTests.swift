@@ -286,6 +286,7 @@ extension IntegrationTests {
         #expect(harness.emulator.vehicles.values.allSatisfy { $0.backwardsUpdates == 0 })
         #expect(harness.emulator.statistics.updateRequests == updatesBefore + 20)
         #expect(try await harness.committedOffsets(group: "live") == committedBefore)
+        harness.expectServed(over: wireProtocol)
     }
 
     /// 2,000 updates, each after a live-location read, are 4,000 requests: at 400/s they take

@@ -59,6 +59,7 @@ import Testing
         #expect(harness.lostEvents(generated.events).count == 0)
         #expect(harness.backwardsUpdates == 0)
         #expect(statistics.timeouts == 0, "no request waited for its timeout: resets and GOAWAYs end requests at once")
+        harness.expectServed(over: wireProtocol)
         #expect(statistics.retries <= transport.streamsReset,
                 "only reset streams were retried: a stream above a GOAWAY's last one goes out again at once, on a new connection")
     }
@@ -93,6 +94,7 @@ import Testing
         try await harness.waitUntilEverythingIsDelivered(generated, group: "tls")
         try await trusting.stop()
         #expect(harness.lostEvents(generated.events).count == 0)
+        harness.expectServed(over: wireProtocol)
     }
 
     @Test(.serialized, arguments: FleetEngineProtocol.allCases)
@@ -123,6 +125,7 @@ import Testing
         try await harness.waitUntilEverythingIsDelivered(generated, group: "proxy")
         try await relay.stop()
         #expect(harness.lostEvents(generated.events).count == 0)
+        harness.expectServed(over: wireProtocol)
         return (proxy.tunnels, harness.emulatorURL)
     }
 }
@@ -220,6 +223,7 @@ extension TransportTests {
         #expect(result.status == 0, "\(result.stderr.suffix(2000))")
         let names = harness.emulator.serverNames.requested
         #expect(!names.isEmpty && names.allSatisfy { $0 == "localhost" }, "every connection asked for localhost: \(names)")
+        harness.expectServed(over: wireProtocol)
         await harness.shutdown()
     }
 
@@ -284,6 +288,7 @@ extension TransportTests {
         #expect(harness.lostEvents(generated.events).isEmpty)
         #expect(harness.duplicateFixes == 0, "a fix the emulator left unprocessed arrived twice")
         #expect(harness.backwardsUpdates == 0)
+        harness.expectServed(over: wireProtocol)
         await harness.shutdown()
     }
 }

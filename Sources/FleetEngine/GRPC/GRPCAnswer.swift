@@ -32,7 +32,8 @@ public struct GRPCAnswer: Sendable, Equatable {
             return
         }
         let code = Int(fields.status).flatMap(GRPCCode.init(rawValue:)) ?? .unknown
-        var message = fields.message.map(Self.percentDecoded) ?? ""
+        // Percent-encoded UTF-8; a malformed escape leaves the text as it came.
+        var message = fields.message.map { $0.removingPercentEncoding ?? $0 } ?? ""
         var retryDelay: Double?
         if let details = fields.detailsBase64.flatMap(Self.status(fromBase64:)) {
             if message.isEmpty { message = details.message }
@@ -55,30 +56,6 @@ public struct GRPCAnswer: Sendable, Equatable {
         return try? Google_Rpc_Status(serializedBytes: bytes)
     }
 
-    /// `grpc-message` is percent-encoded UTF-8; a malformed escape is kept as it came.
-    static func percentDecoded(_ text: String) -> String {
-        guard text.utf8.contains(UInt8(ascii: "%")) else { return text }
-        var bytes: [UInt8] = []
-        var utf8 = Array(text.utf8)[...]
-        while let byte = utf8.popFirst() {
-            if byte == UInt8(ascii: "%"), utf8.count >= 2,
-               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
-                bytes.append(value)
-                utf8 = utf8.dropFirst(2)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// The message inside a length-prefixed gRPC frame; nil when the body is not one whole,
-    /// uncompressed message.
-    static func unframed(_ body: ByteBuffer) -> ByteBuffer? {
-        var body = body
-        guard let compressed = body.readInteger(as: UInt8.self), compressed == 0,
-              let length = body.readInteger(as: UInt32.self), body.readableBytes == Int(length)
-        else { return nil }
-        return body
-    }
+    /// The code and the message, for dead letters and logs: `NOT_FOUND: Vehicle veh-1 does not exist.`
+    public var detail: String { code.name + ": " + message }
 }

@@ -4,7 +4,7 @@ import SwiftProtobuf
 
 /// `VehicleLocation` and `DeliveryVehicleLocation`: the same fields under the same numbers in
 /// two packages, so one function fills either.
-protocol GRPCVehicleLocation: SwiftProtobuf.Message {
+package protocol GRPCVehicleLocation: SwiftProtobuf.Message {
     associatedtype Sensor: SwiftProtobuf.Enum where Sensor.RawValue == Int
     var location: Google_Type_LatLng { get set }
     var updateTime: Google_Protobuf_Timestamp { get set }
@@ -23,6 +23,30 @@ protocol GRPCVehicleLocation: SwiftProtobuf.Message {
 
 extension Maps_Fleetengine_V1_VehicleLocation: GRPCVehicleLocation {}
 extension Maps_Fleetengine_Delivery_V1_DeliveryVehicleLocation: GRPCVehicleLocation {}
+
+/// `Vehicle` and `DeliveryVehicle`, as far as the relay and the emulator use them.
+package protocol GRPCVehicleMessage: SwiftProtobuf.Message {
+    associatedtype Location: GRPCVehicleLocation
+    var name: String { get set }
+    var lastLocation: Location { get set }
+    var hasLastLocation: Bool { get }
+    var pastLocations: [Location] { get set }
+}
+
+extension Maps_Fleetengine_V1_Vehicle: GRPCVehicleMessage {}
+extension Maps_Fleetengine_Delivery_V1_DeliveryVehicle: GRPCVehicleMessage {}
+
+extension GRPCVehicleMessage {
+    /// The update's fixes, in the fields REST's body fills.
+    init(_ update: VehicleLocationUpdate, mode: LocationMode) {
+        self.init()
+        lastLocation = Location(update.lastLocation, mode: mode)
+        pastLocations = update.pastLocations.map { Location($0, mode: mode) }
+    }
+
+    /// The newest time of its live location; nil when it has none.
+    package var locationMilliseconds: Int64? { hasLastLocation ? lastLocation.newestTimeMilliseconds : nil }
+}
 
 extension GRPCVehicleLocation {
     /// The same fields REST's body carries (`FleetEngineRequest.write`), in the same mode.

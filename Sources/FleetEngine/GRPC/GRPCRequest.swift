@@ -26,16 +26,14 @@ public struct GRPCRequest: Sendable {
         case .vehicle:
             var request = Maps_Fleetengine_V1_UpdateVehicleRequest()
             request.name = name
-            request.vehicle.lastLocation = .init(update.lastLocation, mode: mode)
-            request.vehicle.pastLocations = update.pastLocations.map { .init($0, mode: mode) }
+            request.vehicle = .init(update, mode: mode)
             request.updateMask = mask
             message = request
             path = "/maps.fleetengine.v1.VehicleService/UpdateVehicle"
         case .deliveryVehicle:
             var request = Maps_Fleetengine_Delivery_V1_UpdateDeliveryVehicleRequest()
+            request.deliveryVehicle = .init(update, mode: mode)
             request.deliveryVehicle.name = name
-            request.deliveryVehicle.lastLocation = .init(update.lastLocation, mode: mode)
-            request.deliveryVehicle.pastLocations = update.pastLocations.map { .init($0, mode: mode) }
             request.updateMask = mask
             message = request
             path = "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle"
@@ -72,16 +70,9 @@ public struct GRPCRequest: Sendable {
         "provider_id=" + URLText.encodeComponent("providers/" + provider)
     }
 
-    /// gRPC's length-prefixed message: flag 0 (not compressed), the length as four bytes big-endian.
     static func frame(_ message: any SwiftProtobuf.Message) -> ByteBuffer {
         // Serializing to bytes cannot fail for messages built here (no required fields in proto3).
-        let bytes: [UInt8] = (try? message.serializedBytes()) ?? []
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(5 + bytes.count)
-        buffer.writeInteger(UInt8(0))
-        buffer.writeInteger(UInt32(bytes.count))
-        buffer.writeBytes(bytes)
-        return buffer
+        GRPCFrame.framing((try? message.serializedBytes()) ?? [])
     }
 
     /// The headers gRPC's unary protocol adds to the relay's own (`:method POST`, the path,
