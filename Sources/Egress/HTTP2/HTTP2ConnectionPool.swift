@@ -4,17 +4,12 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// HTTP/2 connections to one origin, as many as the server's stream limit needs: each request
-/// goes to the connection with the fewest requests under way, preferring those on the caller's
-/// event loop (a task running there sends and is resumed without a thread hop). When every
-/// connection there carries as many requests as its server allows
-/// (SETTINGS_MAX_CONCURRENT_STREAMS, as announced and whenever it changes, at most
-/// `streamsPerConnection`), a new one is opened, up to `maximumConnections`; beyond that,
-/// requests wait for a stream in `NIOHTTP2Handler`. A connection is made when first needed and
-/// made again when the server sent GOAWAY, it closed, went silent (`HTTP2Liveness`) or idled
-/// out; the old one finishes its streams first. A connection that cannot be made fails the
-/// requests waiting for it at once, so the caller's backoff, not this pool, decides when to try
-/// again.
+/// HTTP/2 connections to one origin, as many as the server's stream limit needs, each request
+/// on the least busy one on the caller's event loop (a task running there sends and is resumed
+/// without a thread hop). `HTTP2PoolStateMachine` decides which connection and when to open one;
+/// this class connects, sends, and resends once what a closing connection certainly did not
+/// process. A connection that cannot be made fails the requests waiting for it at once, so the
+/// caller's backoff, not this pool, decides when to try again.
 ///
 /// Why not async-http-client, which the signers and the registry use: for the Fleet Engine
 /// path it lacks
@@ -26,24 +21,11 @@ import Synchronization
 /// - the vehicle token as a never-indexed HPACK field (RFC 7541 §7.1.3), so that no
 ///   compression state holds it for an intermediary to probe.
 public final class HTTP2ConnectionPool: Sendable {
-    private enum Connection {
-        case empty
-        case connecting(EventLoopFuture<HTTP2Connection>)
-        case ready(HTTP2Connection)
-    }
-
-    private struct Slot {
-        var connection: Connection = .empty
-        /// Index into `eventLoops`.
-        let loop: Int
-        var requestsUnderWay = 0
-    }
+    private typealias StateMachine = HTTP2PoolStateMachine<HTTP2Connection, EventLoopFuture<HTTP2Connection>>
 
     private let origin: EgressOrigin
     private let eventLoops: [any EventLoop]
-    private let streamsPerConnection: Int
-    private let maximumConnections: Int
-    private let slots: Mutex<[Slot]>
+    private let state: Mutex<StateMachine>
     private let resends = Dictionary(uniqueKeysWithValues: ResendReason.allCases.map {
         ($0, Counter(label: "fleet_relay_fleet_engine_resent_total", dimensions: [("reason", $0.rawValue)]))
     })
@@ -59,8 +41,8 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     /// Connections opened so far and kept (open, being made, or to be made again when needed).
-    public var connectionCount: Int { slots.withLock { $0.count } }
-    public var connectionLimit: Int { maximumConnections }
+    public var connectionCount: Int { state.withLock { $0.slots.count } }
+    public let connectionLimit: Int
 
     /// - Parameters:
     ///   - streamsPerConnection: streams given one connection at most, below the server's limit.
@@ -76,9 +58,10 @@ public final class HTTP2ConnectionPool: Sendable {
         origin.liveness = liveness
         self.origin = origin
         self.eventLoops = eventLoopGroup.makeIterator().map { $0 }
-        self.streamsPerConnection = max(1, streamsPerConnection)
-        self.maximumConnections = max(maximumConnections, eventLoops.count, 1)
-        self.slots = Mutex(eventLoops.indices.map { Slot(loop: $0) })
+        let machine = StateMachine(loopCount: eventLoops.count, streamsPerConnection: streamsPerConnection,
+                                   maximumConnections: maximumConnections)
+        self.connectionLimit = machine.maximumConnections
+        self.state = Mutex(machine)
     }
 
     /// Sends `request`, once more on a fresh connection when the first one was closing and
@@ -99,14 +82,13 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     private func executeOnce(_ request: EgressRequest) async throws -> EgressResponse {
-        let (index, lease, isNew) = takeLeastBusySlot()
-        if isNew, case .connecting(let future) = lease { keep(future, inSlot: index) }
-        defer { slots.withLock { $0[index].requestsUnderWay -= 1 } }
+        let (slot, connecting) = lease()
+        defer { state.withLock { $0.released(slot: slot) } }
         let connection: HTTP2Connection
-        switch lease {
-        case .ready(let ready): connection = ready
-        case .connecting(let future): connection = try await future.get()
-        case .empty: preconditionFailure("a lease is never empty")
+        switch connecting {
+        case .send(let ready): connection = ready
+        case .awaitConnecting(let future): connection = try await future.get()
+        case .connect: preconditionFailure("a lease that connects awaits the connect it started")
         }
         // Connecting is not cancelled with the caller (other requests wait for it too).
         try Task.checkCancellation()
@@ -115,11 +97,7 @@ public final class HTTP2ConnectionPool: Sendable {
 
     /// Closes every connection; requests under way fail.
     public func shutdown() async {
-        let connections = slots.withLock { slots in
-            defer { for index in slots.indices { slots[index].connection = .empty } }
-            return slots.map(\.connection)
-        }
-        for connection in connections {
+        for connection in state.withLock({ $0.shutDown() }) {
             switch connection {
             case .ready(let connection): connection.close()
             case .connecting(let future): (try? await future.get())?.close()
@@ -128,66 +106,26 @@ public final class HTTP2ConnectionPool: Sendable {
         }
     }
 
-    /// The slot with the fewest requests under way, among those on the caller's event loop
-    /// when it runs on one, or a new slot when that one is at its stream limit; and its
-    /// connection or the one being made for it (`isNew` when this call started it).
-    private func takeLeastBusySlot() -> (index: Int, lease: Connection, isNew: Bool) {
-        let local = eventLoops.firstIndex { $0.inEventLoop }
-        return slots.withLock { slots in
-            var index = Self.leastBusy(in: slots, on: local)
-            if slots[index].requestsUnderWay >= streamLimit(of: slots[index], among: slots), slots.count < maximumConnections {
-                slots.append(Slot(loop: local ?? Self.loopWithFewestSlots(slots, loops: eventLoops.count)))
-                index = slots.count - 1
-            }
-            slots[index].requestsUnderWay += 1
-            switch slots[index].connection {
-            case .ready(let connection) where connection.isUsable:
-                return (index, .ready(connection), false)
-            case .connecting(let future):
-                return (index, .connecting(future), false)
-            case .ready, .empty:
-                let future = HTTP2Connection.connect(to: origin, on: eventLoops[slots[index].loop])
-                slots[index].connection = .connecting(future)
-                return (index, .connecting(future), true)
-            }
+    /// The state machine's slot for one request, and the connection to send on or to wait for;
+    /// a connect it asks for starts here, under the lock, so that the requests after this one
+    /// wait for it too.
+    private func lease() -> (slot: Int, StateMachine.LeaseAction) {
+        let callerLoop = eventLoops.firstIndex { $0.inEventLoop }
+        let (lease, started) = state.withLock { machine -> (StateMachine.Lease, EventLoopFuture<HTTP2Connection>?) in
+            let lease = machine.lease(callerLoop: callerLoop)
+            guard case .connect(let loop) = lease.action else { return (lease, nil) }
+            let future = HTTP2Connection.connect(to: origin, on: eventLoops[loop])
+            machine.startedConnecting(future, inSlot: lease.slot)
+            return (lease, future)
         }
-    }
-
-    private static func leastBusy(in slots: [Slot], on loop: Int?) -> Int {
-        var best: Int?
-        for index in slots.indices where loop == nil || slots[index].loop == loop {
-            if best == nil || slots[index].requestsUnderWay < slots[best!].requestsUnderWay { best = index }
+        guard let started else { return (lease.slot, lease.action) }
+        // Registered outside the lock: a future already completed calls back at once.
+        let slot = lease.slot
+        started.whenComplete { [self] result in
+            state.withLock { $0.finishedConnecting(started, inSlot: slot, with: try? result.get()) }
         }
-        return best ?? 0
-    }
-
-    private static func loopWithFewestSlots(_ slots: [Slot], loops: Int) -> Int {
-        var counts = Array(repeating: 0, count: loops)
-        for slot in slots { counts[slot.loop] += 1 }
-        return counts.indices.min { counts[$0] < counts[$1] } ?? 0
-    }
-
-    /// Streams a slot's connection may carry: what its server announced, else what another
-    /// connection's server announced (the same origin), at most `streamsPerConnection`.
-    private func streamLimit(of slot: Slot, among slots: [Slot]) -> Int {
-        func announced(_ slot: Slot) -> Int? {
-            if case .ready(let connection) = slot.connection, connection.isUsable { connection.streamLimit } else { nil }
-        }
-        let limit = announced(slot) ?? slots.lazy.compactMap(announced).first ?? streamsPerConnection
-        return min(limit, streamsPerConnection)
-    }
-
-    /// The slot holds the connection when made, or is emptied when not, so that the next
-    /// request tries again. (Registered outside the lock: a completed future calls back at once.)
-    private func keep(_ future: EventLoopFuture<HTTP2Connection>, inSlot index: Int) {
-        future.whenComplete { [self] result in
-            slots.withLock { slots in
-                guard case .connecting(let pending) = slots[index].connection, pending === future else { return }
-                switch result {
-                case .success(let connection): slots[index].connection = .ready(connection)
-                case .failure: slots[index].connection = .empty
-                }
-            }
-        }
+        return (slot, .awaitConnecting(started))
     }
 }
+
+extension EgressConnection: PooledConnection {}
