@@ -7,11 +7,11 @@ import NIOHTTP2
 /// together, and the writes of everything started in one event-loop turn go out in one
 /// flush. No per-stream channel or pipeline is built; a request is a dictionary entry.
 ///
-/// It follows the server: the stream limit of its SETTINGS goes to the pool (which opens
+/// `HTTP2StreamsStateMachine` decides (stream IDs, timeouts, GOAWAY, PINGs, idling, the
+/// connection window); this handler writes frames, runs timers and completes requests as
+/// it says. The stream limit of the server's SETTINGS goes to the pool (which opens
 /// connections from the streams actually allowed) whenever the server announces it, and
-/// `NIOHTTP2Handler` holds streams beyond it until one ends. It watches the connection: a
-/// silent server is sent a PING, and a connection whose PING goes unanswered, or that carried
-/// no stream for the idle timeout, is closed (`HTTP2Liveness`).
+/// `NIOHTTP2Handler` holds streams beyond it until one ends.
 ///
 /// Everything here runs on the connection's event loop.
 final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
@@ -25,38 +25,23 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         HTTP2Setting(parameter: .initialWindowSize, value: Exchange.maximumBodyBytes),
         HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
     ]
-    /// The connection window, raised once at the start and topped up as answers are read.
-    private static let connectionWindow = 1 << 24
     private static let defaultConnectionWindow = 65_535
 
     private let authority: String
-    private let requestTimeout: TimeAmount
-    private let liveness: HTTP2Liveness
+    /// Mirrors for the pool, on other threads, what the state machine decided.
     private let state: ConnectionState
+    private var machine: HTTP2StreamsStateMachine<Exchange>
     private var context: ChannelHandlerContext?
-    private var streams: [HTTP2StreamID: Exchange] = [:]
-    private var nextStreamNumber: Int32 = 1
-    private var goingAway = false
-    private var closeError: (any Error)?
     private var flushScheduled = false
-    private var bytesToReturn = 0
-    /// Every stream's deadline, in the order the streams started. One timeout for all
-    /// requests keeps this sorted, so one timer at the head serves every stream.
-    private var deadlines = CircularBuffer<(stream: HTTP2StreamID, deadline: NIODeadline)>(initialCapacity: 64)
     private var deadlineTimer: Scheduled<Void>?
-    /// When the server last sent a frame, and when the last stream ended (or the connection began).
-    private var lastHeard = NIODeadline.now()
-    private var idleSince: NIODeadline? = .now()
-    /// The timer that closes the connection unless the server answers the PING sent.
-    private var pingAwaited: Scheduled<Void>?
-    private var pingsSent: UInt64 = 0
     private var livenessTimer: Scheduled<Void>?
+    /// The timer that closes the connection unless the server answers the PING sent.
+    private var pingTimer: Scheduled<Void>?
 
     init(authority: String, requestTimeout: TimeAmount, liveness: HTTP2Liveness, state: ConnectionState) {
         self.authority = authority
-        self.requestTimeout = requestTimeout
-        self.liveness = liveness
         self.state = state
+        self.machine = HTTP2StreamsStateMachine(requestTimeout: requestTimeout, liveness: liveness, now: .now())
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -64,13 +49,14 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         // The default 64 KiB connection window would let only that many bytes of answers
         // be in flight across all streams before the server waits for an update.
         let raise = HTTP2Frame(streamID: .rootStream,
-                               payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - Self.defaultConnectionWindow))
+                               payload: .windowUpdate(windowSizeIncrement: HTTP2StreamsStateMachine<Exchange>.connectionWindow
+                                   - Self.defaultConnectionWindow))
         context.writeAndFlush(wrapOutboundOut(raise), promise: nil)
-        armLivenessTimer(at: .now() + min(liveness.pingAfterSilence, liveness.idleTimeout), on: context.eventLoop)
+        armLivenessTimer(at: machine.firstLivenessCheck, on: context.eventLoop)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        stopWatching()
+        cancelTimers()
         self.context = nil
     }
 
@@ -81,19 +67,22 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             completion.resume(throwing: CancellationError())
             return
         }
-        guard let context, !goingAway, closeError == nil, state.isUsable else {
+        guard let context else {
             completion.resume(throwing: ExchangeError.notSent)
             return
         }
-        let streamID = HTTP2StreamID(nextStreamNumber)
-        nextStreamNumber += 2
-        if nextStreamNumber > Int32.max - 2 { stopAcceptingStreams() }
-
+        let streamID: HTTP2StreamID
+        switch machine.start(exchange, now: .now()) {
+        case .refuse(let error):
+            completion.resume(throwing: error)
+            return
+        case .open(let opened, let firstDeadline):
+            streamID = opened
+            if let firstDeadline { armDeadlineTimer(at: firstDeadline, on: context.eventLoop) }
+        }
+        publishUsability()
         exchange.completion = completion
         exchange.streamID = streamID
-        streams[streamID] = exchange
-        idleSince = nil
-        trackDeadline(of: streamID, on: context.eventLoop)
 
         let written = context.eventLoop.makePromise(of: Void.self)
         written.futureResult.assumeIsolated().whenFailure { [self] error in
@@ -116,7 +105,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     /// its stream is reset, so that the server stops working on it.
     func cancel(_ exchange: Exchange) {
         exchange.isCancelled = true
-        guard let streamID = exchange.streamID, streams[streamID] === exchange else { return }
+        guard let streamID = exchange.streamID, machine[streamID] === exchange else { return }
         fail(streamID, CancellationError())
         if let context { reset(streamID, context: context) }
     }
@@ -152,11 +141,9 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        // Any frame shows the path alive, the answer to a PING or not.
-        lastHeard = .now()
-        if let awaited = pingAwaited {
-            awaited.cancel()
-            pingAwaited = nil
+        if machine.heardFrame(now: .now()) {
+            pingTimer?.cancel()
+            pingTimer = nil
         }
         switch frame.payload {
         case .headers(let headers):
@@ -168,8 +155,9 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         case .goAway:
             // Streams above the last one the server processed are closed by NIOHTTP2Handler
             // (StreamClosedEvent below); the others are answered before the server closes.
-            stopAcceptingStreams()
-            closeIfDrained(context: context)
+            let drained = machine.receivedGoAway()
+            publishUsability()
+            if drained { close(context) }
         case .settings(.settings(let settings)):
             // Announced at the start and whenever the server changes its mind.
             if let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }) {
@@ -181,7 +169,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     }
 
     private func received(_ headers: HTTP2Frame.FramePayload.Headers, on streamID: HTTP2StreamID) {
-        guard let stream = streams[streamID] else { return }
+        guard let stream = machine[streamID] else { return }
         if stream.status == nil {
             guard let status = headers.headers.first(name: ":status").flatMap({ Int($0) }) else {
                 fail(streamID, ExchangeError.malformedResponse("no :status"))
@@ -200,8 +188,12 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
 
     private func received(_ data: HTTP2Frame.FramePayload.Data, on streamID: HTTP2StreamID, context: ChannelHandlerContext) {
         guard case .byteBuffer(var bytes) = data.data else { return }
-        returnToWindow(bytes.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0), context: context)
-        guard let stream = streams[streamID] else { return }
+        if let increment = machine.consumed(bytes: bytes.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0)) {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))),
+                          promise: nil)
+            scheduleFlush(on: context)
+        }
+        guard let stream = machine[streamID] else { return }
         do {
             try stream.receivedBody(&bytes)
         } catch {
@@ -212,22 +204,9 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         if data.endStream { answer(streamID) }
     }
 
-    /// The answers read give their bytes back to the connection window (the multiplexer
-    /// would do this; without one it is this handler's job).
-    private func returnToWindow(_ bytes: Int, context: ChannelHandlerContext) {
-        bytesToReturn += bytes
-        guard bytesToReturn >= Self.connectionWindow / 4 else { return }
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: bytesToReturn))),
-                      promise: nil)
-        bytesToReturn = 0
-        scheduleFlush(on: context)
-    }
-
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let closed = event as? StreamClosedEvent, streams[closed.streamID] != nil {
-            let error: ExchangeError = goingAway && closed.reason == .cancel
-                ? .refusedByGoAway : .streamReset(closed.reason ?? .noError)
-            fail(closed.streamID, error)
+        if let closed = event as? StreamClosedEvent, machine[closed.streamID] != nil {
+            fail(closed.streamID, machine.closedStreamError(reason: closed.reason))
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -237,49 +216,40 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             fail(streamError.streamID, streamError.baseError)
             return
         }
-        closeError = closeError ?? error
-        stopAcceptingStreams()
+        machine.failed(error)
+        publishUsability()
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        stopAcceptingStreams()
-        stopWatching()
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
-        let error = closeError ?? ExchangeError.connectionClosed
-        let unanswered = streams
-        streams.removeAll()
-        for stream in unanswered.values { stream.completion?.resume(throwing: error) }
+        let (error, unanswered) = machine.closed()
+        publishUsability()
+        cancelTimers()
+        for stream in unanswered { stream.completion?.resume(throwing: error) }
         context.fireChannelInactive()
     }
 
     /// Completes a stream with its answer.
     private func answer(_ streamID: HTTP2StreamID) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
         stream.completion?.resume(with: Result { try stream.response() })
-        streamEnded()
+        if closeConnection, let context { close(context) }
     }
 
     /// Completes a stream with why it has no answer; a stream already completed stays so.
     private func fail(_ streamID: HTTP2StreamID, _ error: any Error) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
         stream.completion?.resume(throwing: error)
-        streamEnded()
+        if closeConnection, let context { close(context) }
     }
 
-    private func streamEnded() {
-        if streams.isEmpty { idleSince = .now() }
-        if let context { closeIfDrained(context: context) }
+    /// The pool starts no request on a connection the machine stopped taking them.
+    private func publishUsability() {
+        if machine.isGoingAway { state.markUnusable() }
     }
 
-    private func stopAcceptingStreams() {
-        goingAway = true
-        state.markUnusable()
-    }
-
-    private func closeIfDrained(context: ChannelHandlerContext) {
-        if goingAway, streams.isEmpty, context.channel.isActive { context.close(promise: nil) }
+    private func close(_ context: ChannelHandlerContext) {
+        if context.channel.isActive { context.close(promise: nil) }
     }
 
     private func reset(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
@@ -287,84 +257,53 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         scheduleFlush(on: context)
     }
 
-    // MARK: Timeouts
+    // MARK: Timers
 
-    private func trackDeadline(of streamID: HTTP2StreamID, on eventLoop: any EventLoop) {
-        // Streams answered long ago leave the head here, so the buffer stays as long as
-        // the streams under way.
-        while let head = deadlines.first, streams[head.stream] == nil { deadlines.removeFirst() }
-        deadlines.append((streamID, .now() + requestTimeout))
-        if deadlineTimer == nil { armDeadlineTimer(on: eventLoop) }
-    }
-
-    private func armDeadlineTimer(on eventLoop: any EventLoop) {
-        guard let head = deadlines.first else { return }
-        deadlineTimer = eventLoop.assumeIsolated().scheduleTask(deadline: head.deadline) { [self] in
+    private func armDeadlineTimer(at deadline: NIODeadline, on eventLoop: any EventLoop) {
+        deadlineTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
             deadlineTimer = nil
-            expireStreams(on: eventLoop)
+            let (expired, next) = machine.expireDeadlines(now: .now())
+            for (streamID, stream) in expired {
+                // Failed before the reset, whose stream-closed event would name a reset instead.
+                stream.completion?.resume(throwing: ExchangeError.timedOut(machine.requestTimeout))
+                if let context { reset(streamID, context: context) }
+            }
+            if machine.shouldCloseNow, let context { close(context) }
+            if let next { armDeadlineTimer(at: next, on: eventLoop) }
         }
     }
 
-    private func expireStreams(on eventLoop: any EventLoop) {
-        let now = NIODeadline.now()
-        while let head = deadlines.first, head.deadline <= now || streams[head.stream] == nil {
-            deadlines.removeFirst()
-            guard streams[head.stream] != nil else { continue }
-            // Failed before the reset, whose stream-closed event would name a reset instead.
-            fail(head.stream, ExchangeError.timedOut(requestTimeout))
-            if let context { reset(head.stream, context: context) }
-        }
-        armDeadlineTimer(on: eventLoop)
-    }
-
-    // MARK: Liveness
-
-    /// One timer serves both watches: it fires when the server has been silent for
-    /// `pingAfterSilence` (then a PING goes out) or the connection idle for `idleTimeout`,
-    /// whichever comes first, and re-arms itself from what happened meanwhile.
     private func armLivenessTimer(at deadline: NIODeadline, on eventLoop: any EventLoop) {
         livenessTimer = eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
             livenessTimer = nil
-            checkLiveness(on: eventLoop)
+            guard let context, context.channel.isActive else { return }
+            switch machine.checkLiveness(now: .now()) {
+            case .close:
+                publishUsability()
+                context.close(promise: nil)
+            case .checkAgain(let next, let ping):
+                if let ping { send(ping, context: context) }
+                armLivenessTimer(at: next, on: eventLoop)
+            }
         }
     }
 
-    private func checkLiveness(on eventLoop: any EventLoop) {
-        guard let context, context.channel.isActive else { return }
-        let now = NIODeadline.now()
-        if let idleSince, now - idleSince >= liveness.idleTimeout {
-            stopAcceptingStreams()
-            context.close(promise: nil)
-            return
+    private func send(_ ping: HTTP2PingData, context: ChannelHandlerContext) {
+        pingTimer = context.eventLoop.assumeIsolated().scheduleTask(in: machine.liveness.pingTimeout) { [self] in
+            pingTimer = nil
+            // Its streams fail now, as a closed connection's do, with why.
+            machine.pingTimedOut()
+            publishUsability()
+            self.context?.close(promise: nil)
         }
-        if pingAwaited == nil, now - lastHeard >= liveness.pingAfterSilence { sendPing(context: context) }
-        var next = (pingAwaited == nil ? lastHeard : now) + liveness.pingAfterSilence
-        if let idleSince { next = min(next, idleSince + liveness.idleTimeout) }
-        armLivenessTimer(at: max(next, now + .milliseconds(1)), on: eventLoop)
-    }
-
-    private func sendPing(context: ChannelHandlerContext) {
-        pingsSent += 1
-        pingAwaited = context.eventLoop.assumeIsolated().scheduleTask(in: liveness.pingTimeout) { [self] in
-            pingAwaited = nil
-            closeAsDead()
-        }
-        let data = HTTP2PingData(withInteger: pingsSent)
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(data, ack: false))), promise: nil)
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(ping, ack: false))), promise: nil)
         scheduleFlush(on: context)
     }
 
-    /// The server did not answer the PING: its streams fail now, as a closed connection's do.
-    private func closeAsDead() {
-        closeError = closeError ?? ExchangeError.unresponsive(liveness.pingTimeout)
-        stopAcceptingStreams()
-        context?.close(promise: nil)
-    }
-
-    private func stopWatching() {
-        livenessTimer?.cancel()
+    private func cancelTimers() {
+        for timer in [deadlineTimer, livenessTimer, pingTimer] { timer?.cancel() }
+        deadlineTimer = nil
         livenessTimer = nil
-        pingAwaited?.cancel()
-        pingAwaited = nil
+        pingTimer = nil
     }
 }
