@@ -17,7 +17,7 @@ struct HTTP2StreamsStateMachine<Stream> {
     let requestTimeout: TimeAmount
     let liveness: HTTP2Liveness
     private var streams: [HTTP2StreamID: Stream] = [:]
-    private var nextStreamNumber: Int32 = 1
+    private var nextStreamNumber: Int32
     /// No new stream: GOAWAY, stream IDs used up, an error, a dead or idle connection.
     private(set) var isGoingAway = false
     /// Why the connection ends, when something went wrong before it closed.
@@ -33,7 +33,10 @@ struct HTTP2StreamsStateMachine<Stream> {
     private var pingsSent: UInt64 = 0
     private var bytesToReturn = 0
 
-    init(requestTimeout: TimeAmount, liveness: HTTP2Liveness, now: NIODeadline) {
+    /// - Parameter firstStreamNumber: the client's first stream is 1 (odd, RFC 9113 §5.1.1);
+    ///   another odd number starts a connection further along, as when testing the end of IDs.
+    init(requestTimeout: TimeAmount, liveness: HTTP2Liveness, now: NIODeadline, firstStreamNumber: Int32 = 1) {
+        self.nextStreamNumber = firstStreamNumber
         self.requestTimeout = requestTimeout
         self.liveness = liveness
         self.lastHeard = now

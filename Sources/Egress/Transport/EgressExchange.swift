@@ -56,7 +56,7 @@ public struct GRPCStatusFields: Sendable, Equatable {
 }
 
 /// Why an exchange ended without an answer.
-public enum ExchangeError: Error, CustomStringConvertible, Sendable {
+public enum ExchangeError: Error, Equatable, CustomStringConvertible, Sendable {
     /// The server reset the stream (RST_STREAM) before answering.
     case streamReset(HTTP2ErrorCode)
     /// The server announced GOAWAY before it processed this stream; it may be sent again.
