@@ -177,17 +177,25 @@ extension Egress {
     }
 }
 
-/// HTTP clients that live as long as the process, one per egress and per proxied-or-direct.
+/// HTTP clients that live as long as the process, one per egress, per proxied-or-direct and
+/// per pool setting: they need no shutdown, however many parts of the process use them.
 enum ProcessClients {
     private static let clients = Mutex<[(key: String, client: HTTPClient)]>([])
 
-    static func client(for url: String, egress: Egress) -> HTTPClient {
-        guard !egress.caFiles.isEmpty || egress.proxy.server != nil else { return HTTPClient.shared }
-        let key = egress.caFiles.joined(separator: "\n") + "|" + (egress.proxyServer(for: url)?.address ?? "direct")
+    /// - Parameter pool: connections per host and the connect timeout, when not async-http-client's defaults.
+    static func client(for url: String, egress: Egress, pool: (connectionsPerHost: Int, connectTimeout: TimeAmount)? = nil) -> HTTPClient {
+        guard !egress.caFiles.isEmpty || egress.proxy.server != nil || pool != nil else { return HTTPClient.shared }
+        let key = [egress.caFiles.joined(separator: "\n"), egress.proxyServer(for: url)?.address ?? "direct", egress.httpVersion.rawValue,
+                   pool.map { "\($0.connectionsPerHost) \($0.connectTimeout.nanoseconds)" } ?? "default"].joined(separator: "|")
         return clients.withLock { clients in
             if let existing = clients.first(where: { $0.key == key }) { return existing.client }
+            var base = HTTPClient.Configuration()
+            if let pool {
+                base.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, pool.connectionsPerHost))
+                base.timeout = .init(connect: pool.connectTimeout)
+            }
             let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup,
-                                    configuration: egress.clientConfiguration(for: url))
+                                    configuration: egress.clientConfiguration(for: url, base: base))
             clients.append((key, client))
             return client
         }

@@ -12,10 +12,8 @@ import Synchronization
 /// (`HTTP2ConnectionPool`): at least one connection per event loop, and more as the
 /// server's announced stream limit requires (Fleet Engine's front ends announce 100), each
 /// request on the one with the fewest under way on the caller's event loop (see
-/// `connectionExecutors`). Over HTTP/1.1
-/// (`--http-version 1.1`, plain http, or a server that does not offer `h2`) they go
-/// over keep-alive connections, one request at a time each (`HTTP1ConnectionPool`).
-/// Both write a request's parts in one flush and build nothing per request beyond it.
+/// `connectionExecutors`). Over HTTP/1.1 (`--http-version 1.1`, plain http, or a server that
+/// does not offer `h2`) they go through async-http-client (`HTTP1Client`).
 ///
 /// Threading: all methods may be called concurrently; the caller bounds concurrency.
 public final class FleetEngineClient: Sendable {
@@ -78,7 +76,7 @@ public final class FleetEngineClient: Sendable {
     private struct Transport: Sendable {
         /// Nil when HTTP/1.1 is configured or the URL is plain http.
         let http2: HTTP2ConnectionPool?
-        let http1: HTTP1ConnectionPool
+        let http1: HTTP1Client
     }
 
     public init(configuration: Configuration) {
@@ -126,9 +124,10 @@ public final class FleetEngineClient: Sendable {
                                           offerHTTP1: egress.httpVersion == .automatic && !grpc, connectTimeout: connectTimeout,
                                           requestTimeout: timeout, liveness: configuration.liveness)
                 : nil
-            let http1 = try HTTP1ConnectionPool(host: host, port: port, egress: egress, tls: https,
-                                                maximumIdle: configuration.maximumInFlight, connectTimeout: connectTimeout,
-                                                requestTimeout: timeout)
+            let authority = host.contains(":") ? "[\(host)]" : host
+            let http1 = HTTP1Client(origin: "\(scheme)://\(authority):\(port)", egress: egress,
+                                    maximumConnections: configuration.maximumInFlight, connectTimeout: connectTimeout,
+                                    requestTimeout: timeout)
             return .success(Transport(http2: http2, http1: http1))
         } catch {
             return .failure(TransportFailure(cause: .tls, message: "TLS cannot be set up: \(error)"))
@@ -140,7 +139,6 @@ public final class FleetEngineClient: Sendable {
     public func shutdown() async {
         guard case .success(let transport) = transport else { return }
         await transport.http2?.shutdown()
-        await transport.http1.shutdown()
     }
 
     /// Sends one update over the configured protocol.

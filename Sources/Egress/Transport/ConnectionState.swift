@@ -1,8 +1,8 @@
 import Synchronization
 
 /// What a pool needs to know about one of its connections from any thread: whether new
-/// requests may still start on it, and for HTTP/2 how many streams the server allows at
-/// once. Its channel handler, on the event loop, decides both.
+/// requests may still start on it, and how many streams the server allows at once. Its
+/// channel handler, on the event loop, publishes both.
 final class ConnectionState: Sendable {
     private let usable = Atomic(true)
     private let announcedStreamLimit = Atomic(-1)

@@ -9,8 +9,8 @@ protocol ExchangeHandler: AnyObject, SendableMetatype {
     func cancel(_ exchange: Exchange)
 }
 
-/// One connection of a pool, HTTP/2 or HTTP/1.1 by its handler: requests hop onto its
-/// event loop, and cancelling the caller's task cancels the request there.
+/// One connection of a pool: requests hop onto its event loop, and cancelling the caller's
+/// task cancels the request there.
 final class EgressConnection<Handler: ExchangeHandler>: Sendable {
     private let channel: any Channel
     private let handler: NIOLoopBound<Handler>
@@ -23,8 +23,7 @@ final class EgressConnection<Handler: ExchangeHandler>: Sendable {
         self.state = state
     }
 
-    /// False once no new request may start on it (closed, GOAWAY, stream IDs used up,
-    /// an HTTP/1.1 answer that ended the connection).
+    /// False once no new request may start on it (closed, GOAWAY, stream IDs used up, silent, idle).
     var isUsable: Bool { state.isUsable }
 
     /// HTTP/2: the server's stream limit as last announced; nil before its first SETTINGS.
@@ -64,7 +63,6 @@ final class Exchange: @unchecked Sendable {
     let request: EgressRequest
     var completion: Completion?
     var isCancelled = false
-    /// HTTP/2 only.
     var streamID: HTTP2StreamID?
     private(set) var status: Int?
     private(set) var retryAfter: String?
