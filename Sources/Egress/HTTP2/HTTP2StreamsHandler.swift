@@ -176,10 +176,11 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
                 return
             }
             // An informational answer (100 Continue) precedes the real one.
-            guard stream.receivedStatus(status, retryAfter: headers.headers.first(name: "retry-after")) else { return }
+            let retryAfter = stream.isGRPC ? nil : headers.headers.first(name: "retry-after")
+            guard stream.receivedStatus(status, retryAfter: retryAfter) else { return }
         }
         // gRPC's status comes in the trailers, or with the headers of a trailers-only answer.
-        if let grpcStatus = headers.headers.first(name: "grpc-status") {
+        if stream.isGRPC, let grpcStatus = headers.headers.first(name: "grpc-status") {
             stream.receivedGRPCStatus(GRPCStatusFields(status: grpcStatus, message: headers.headers.first(name: "grpc-message"),
                                                        detailsBase64: headers.headers.first(name: "grpc-status-details-bin")))
         }

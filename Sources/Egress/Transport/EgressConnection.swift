@@ -61,6 +61,9 @@ final class Exchange: @unchecked Sendable {
     static let maximumBodyBytes = 1 << 20
 
     let request: EgressRequest
+    /// A gRPC call's outcome is in `grpc-status` and a `Retry-After` means nothing; a REST
+    /// answer is the other way round. Each answer is searched for its own fields only.
+    let isGRPC: Bool
     var completion: Completion?
     var isCancelled = false
     var streamID: HTTP2StreamID?
@@ -71,6 +74,7 @@ final class Exchange: @unchecked Sendable {
 
     init(_ request: EgressRequest) {
         self.request = request
+        self.isGRPC = request.contentType == "application/grpc"
     }
 
     /// The final status (≥ 200) and its Retry-After; informational answers are skipped.
