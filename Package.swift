@@ -85,8 +85,9 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
-        // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, and the
-        // HTTP/2 transport to Fleet Engine.
+        // How HTTPS clients leave the process: trust anchors, proxy, HTTP version, the HTTP/2
+        // transport to Fleet Engine (its pool and connections as state machines), HTTP/1.1
+        // through async-http-client.
         .target(
             name: "Egress",
             dependencies: [
@@ -124,7 +125,7 @@ let package = Package(
             name: "RemoteSigners",
             dependencies: ["FleetModel", "FleetAuth", "JSON", "Egress", .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
-        // A small HTTP/1.1 server on SwiftNIO (the ops endpoint's; HTTP/2 and TLS for the emulator).
+        // The emulators' HTTP server on SwiftNIO: HTTP/1.1, HTTPS with HTTP/2, fault hooks and counters.
         .target(
             name: "HTTPServing",
             dependencies: [
@@ -186,11 +187,14 @@ let package = Package(
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
             ]
         ),
-        // `/metrics`, `/healthz`, `/readyz`.
+        // `/metrics`, `/healthz`, `/readyz`, on a plain HTTP/1.1 server of its own.
         .target(
             name: "OpsServer",
             dependencies: [
-                "HTTPServing", "JSON",
+                "JSON",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -214,7 +218,7 @@ let package = Package(
             name: "fleet-relay",
             dependencies: [
                 "FleetModel", "CommandLineSupport", "Relay", "Replay", "Kafka", "FleetAuth", "RemoteSigners", "FleetEngine",
-                "OpsServer", "JSON", "Egress", "HTTPServing", "InputFormats",
+                "OpsServer", "JSON", "Egress", "InputFormats",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -247,7 +251,10 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(
             name: "OpsServerTests",
-            dependencies: ["OpsServer", "HTTPServing", "JSON", .product(name: "Prometheus", package: "swift-prometheus")]
+            dependencies: [
+                "OpsServer", "JSON", .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "FleetAuthTests",

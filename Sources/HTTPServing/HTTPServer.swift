@@ -6,9 +6,11 @@ import NIOSSL
 
 public typealias HTTPResponder = @Sendable (HTTPRequest) async -> HTTPResponse
 
-/// A small HTTP server on SwiftNIO for the emulator and the ops endpoint: plain HTTP/1.1, or
-/// HTTPS offering HTTP/2 and HTTP/1.1 through ALPN as Google's front ends do; keep-alive,
-/// bounded request bodies, one async responder for every route.
+/// A small HTTP server on SwiftNIO for the emulators (Fleet Engine, the signers' services, the
+/// Schema Registry): plain HTTP/1.1, or HTTPS offering HTTP/2 and HTTP/1.1 through ALPN as
+/// Google's front ends do; keep-alive, bounded request bodies, one async responder for every
+/// route, and hooks for the emulator's faults and counters. The relay's ops endpoint has a
+/// plain server of its own.
 public final class HTTPServer: Sendable {
     public static let maximumBodyBytes = 1 << 20
 

@@ -1,4 +1,3 @@
-import HTTPServing
 import JSON
 import Prometheus
 import ServiceLifecycle
@@ -6,7 +5,8 @@ import ServiceLifecycle
 /// The tiny HTTP endpoint operators scrape and probe: `GET /metrics` (Prometheus
 /// text), `GET /healthz` (liveness), `GET /readyz` (readiness with named checks).
 /// Anything else is 404. It never exposes tokens, keys or event payloads: it only
-/// renders the registry's metrics and the checks' names and one-line details.
+/// renders the registry's metrics and the checks' names and one-line details. It has a plain
+/// HTTP/1.1 server of its own (`OpsHTTPServer`).
 public final class OpsServer: Service, Sendable {
     public struct Check: Sendable {
         public let name: String
@@ -22,7 +22,7 @@ public final class OpsServer: Service, Sendable {
 
     public typealias Checks = @Sendable () -> [Check]
 
-    private let server: HTTPServer
+    private let server: OpsHTTPServer
 
     /// Binds at once, so that a port in use stops startup instead of failing later.
     /// - Parameters:
@@ -32,9 +32,9 @@ public final class OpsServer: Service, Sendable {
     public init(host: String, port: Int, registry: PrometheusCollectorRegistry, help: [String: String] = [:],
                 beforeScrape: @escaping @Sendable () async -> Void = {},
                 liveness: @escaping Checks, readiness: @escaping Checks) async throws {
-        server = try await HTTPServer.start(host: host, port: port) { request in
-            if request.path == "/metrics" { await beforeScrape() }
-            return Self.respond(to: request, registry: registry, help: help, liveness: liveness, readiness: readiness)
+        server = try await OpsHTTPServer.start(host: host, port: port) { method, path in
+            if path == "/metrics", method == "GET" { await beforeScrape() }
+            return Self.respond(method: method, path: path, registry: registry, help: help, liveness: liveness, readiness: readiness)
         }
     }
 
@@ -50,15 +50,15 @@ public final class OpsServer: Service, Sendable {
         await server.shutdown()
     }
 
-    static func respond(to request: HTTPRequest, registry: PrometheusCollectorRegistry, help: [String: String],
-                        liveness: Checks, readiness: Checks) -> HTTPResponse {
-        guard request.method == "GET" || request.method == "HEAD" else { return .text(405, "method not allowed\n") }
-        switch request.path {
+    static func respond(method: String, path: String, registry: PrometheusCollectorRegistry, help: [String: String],
+                        liveness: Checks, readiness: Checks) -> OpsResponse {
+        guard method == "GET" || method == "HEAD" else { return .text(405, "method not allowed\n") }
+        switch path {
         case "/metrics":
             var buffer: [UInt8] = []
             registry.emit(into: &buffer)
-            return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
-                                body: Array(withHelp(String(decoding: buffer, as: UTF8.self), help).utf8))
+            return OpsResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8",
+                               body: Array(withHelp(String(decoding: buffer, as: UTF8.self), help).utf8))
         case "/healthz":
             return report(liveness())
         case "/readyz":
@@ -85,7 +85,7 @@ public final class OpsServer: Service, Sendable {
     }
 
     /// 200 when every check passes, else 503; the JSON body names each check.
-    static func report(_ checks: [Check]) -> HTTPResponse {
+    static func report(_ checks: [Check]) -> OpsResponse {
         var details = JSONObjectWriter()
         for check in checks {
             var entry = JSONObjectWriter()

@@ -1,6 +1,7 @@
 import Foundation
-@testable import HTTPServing
 import JSON
+import NIOCore
+import NIOPosix
 import Prometheus
 import Synchronization
 import Testing
@@ -13,10 +14,9 @@ import FoundationNetworking
 @Suite struct OpsServerTests {
     let registry = PrometheusCollectorRegistry()
 
-    func get(_ path: String, method: String = "GET", liveness: [OpsServer.Check] = [], readiness: [OpsServer.Check] = []) -> HTTPResponse {
-        let request = HTTPRequest(method: method, path: path, query: [:], headers: [], body: [])
-        return OpsServer.respond(to: request, registry: registry, help: ["requests_total": "Requests served."],
-                                 liveness: { liveness }, readiness: { readiness })
+    func get(_ path: String, method: String = "GET", liveness: [OpsServer.Check] = [], readiness: [OpsServer.Check] = []) -> OpsResponse {
+        OpsServer.respond(method: method, path: path, registry: registry, help: ["requests_total": "Requests served."],
+                          liveness: { liveness }, readiness: { readiness })
     }
 
     @Test func metricsArePrometheusTextWithHelpLines() {
@@ -24,7 +24,7 @@ import FoundationNetworking
                              labels: [("kind", "a")]).increment(by: Int64(3))
         let response = get("/metrics")
         #expect(response.status == 200)
-        #expect(response.headers.contains { $0.name == "Content-Type" && $0.value.hasPrefix("text/plain; version=0.0.4") })
+        #expect(response.contentType.hasPrefix("text/plain; version=0.0.4"))
         let text = String(decoding: response.body, as: UTF8.self)
         #expect(text.contains("# HELP requests_total Requests served.\n# TYPE requests_total counter\n"))
         #expect(text.contains("requests_total{kind=\"a\"} 3"))
@@ -65,6 +65,99 @@ import FoundationNetworking
         #expect(try await scrape().contains("scrapes_seen 1.0"))
         _ = try await scrape("/readyz")
         #expect(try await scrape().contains("scrapes_seen 2.0"), "a probe is no scrape")
+        await ops.shutdown()
+    }
+}
+
+/// The ops endpoint's own server on the wire: what a scraper or a kubelet probe sees.
+@Suite struct OpsHTTPServerTests {
+    /// What a connection read, and who waits for enough of it.
+    final class Transcript: Sendable {
+        let text = Mutex("")
+        private let waiter = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let isEnough: @Sendable (String) -> Bool
+
+        init(isEnough: @escaping @Sendable (String) -> Bool) {
+            self.isEnough = isEnough
+        }
+
+        func append(_ bytes: String) {
+            if isEnough(text.withLock { $0 += bytes; return $0 }) { finish() }
+        }
+
+        func finish() { waiter.withLock { $0.take() }?.resume() }
+
+        func wait(_ start: () -> Void) async {
+            await withCheckedContinuation { continuation in
+                waiter.withLock { $0 = continuation }
+                start()
+            }
+        }
+    }
+
+    final class Collector: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        let transcript: Transcript
+        init(_ transcript: Transcript) { self.transcript = transcript }
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            transcript.append(String(buffer: unwrapInboundIn(data)))
+        }
+    }
+
+    /// Writes `requests` on one TCP connection and returns everything read until the server
+    /// closed it (marked `<closed>`) or `isEnough` accepts what was read.
+    func exchange(port: Int, _ requests: String, until isEnough: @escaping @Sendable (String) -> Bool) async throws -> String {
+        let transcript = Transcript(isEnough: isEnough)
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Collector(transcript)) }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        await transcript.wait {
+            channel.closeFuture.whenComplete { _ in transcript.finish() }
+            // A server that neither answers enough nor closes fails the test instead of hanging it.
+            channel.eventLoop.scheduleTask(in: .seconds(10)) { transcript.finish() }
+            channel.writeAndFlush(ByteBuffer(string: requests), promise: nil)
+        }
+        let open = channel.isActive
+        try? await channel.close()
+        return transcript.text.withLock { $0 } + (open ? "" : "<closed>")
+    }
+
+    @Test func probesShareAKeepAliveConnectionAndAHeadAnswerHasNoBody() async throws {
+        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
+                                      liveness: { [OpsServer.Check(name: "kafka_poll_loop", ok: true, detail: "")] },
+                                      readiness: { [] })
+        let requests = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+        let text = try await exchange(port: ops.port, requests) { $0.contains("not found\n") }
+        // A body ends without a line break: a status line follows it directly.
+        // (By bytes: a Swift string holds "\r\n" as one character.)
+        let statusLines = text.replacingOccurrences(of: "HTTP/1.1 ", with: "\nHTTP/1.1 ").utf8
+            .split(whereSeparator: { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") })
+            .map { String(decoding: $0, as: UTF8.self) }.filter { $0.hasPrefix("HTTP/1.1 ") }
+        #expect(statusLines == ["HTTP/1.1 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 404 Not Found"], "\(text)")
+        #expect(text.components(separatedBy: "\"status\":\"ok\"").count == 2, "one body for GET, none for HEAD: \(text)")
+        #expect(!text.hasSuffix("<closed>"), "kept alive")
+        await ops.shutdown()
+    }
+
+    @Test func aRequestAskingToCloseIsAnsweredAndClosed() async throws {
+        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
+                                      liveness: { [] }, readiness: { [] })
+        let text = try await exchange(port: ops.port, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") { _ in false }
+        #expect(text.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(text)")
+        #expect(text.lowercased().contains("connection: close"))
+        #expect(text.hasSuffix("<closed>"))
+        await ops.shutdown()
+    }
+
+    @Test func somethingThatIsNotHTTPIsAnsweredWithABadRequestAndClosed() async throws {
+        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
+                                      liveness: { [] }, readiness: { [] })
+        // A TLS ClientHello's first bytes: the ops endpoint speaks plain HTTP only.
+        let text = try await exchange(port: ops.port, "\u{16}\u{03}\u{01}\u{02}\u{00}\u{01}\u{00}\u{01}\u{fc}\u{03}\u{03}\r\n\r\n") { _ in false }
+        #expect(text.hasPrefix("HTTP/1.1 400 Bad Request"), "\(text)")
+        #expect(text.hasSuffix("<closed>"))
         await ops.shutdown()
     }
 }
