@@ -3,7 +3,7 @@ SWIFT ?= swift
 SUDO := $(shell [ "$$(id -u)" = "0" ] || command -v sudo >/dev/null && [ "$$(id -u)" != "0" ] && echo sudo)
 APT_PACKAGES := librdkafka-dev libssl-dev kcat pkg-config prometheus
 
-.PHONY: deps build test test-python run release bench protos lint-deploy deploy-tools readme-structure clean
+.PHONY: deps build test test-python run release bench profile protos lint-deploy deploy-tools readme-structure clean
 
 ## Install the C libraries (librdkafka, libssl), kcat and Prometheus's promtool with apt-get when missing.
 deps:
@@ -47,6 +47,14 @@ release: deps
 ## Benchmark a release build: ceilings, backlog drain, steady state, tokens. Prints a table, writes bench/results.json.
 bench: release
 	.build/release/fleet-relay-bench --relay-binary .build/release/fleet-relay --output bench/results.json $(BENCH_FLAGS)
+
+## Profile the relay with Linux perf (installed with apt-get when missing) during the warm steady state over
+## HTTPS, and print its top symbols and threads; recordings and summaries go to bench/profile.
+## BENCH_FLAGS adds bench flags, e.g. BENCH_FLAGS="--transport grpc".
+profile: release
+	@command -v perf >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq linux-perf; }
+	.build/release/fleet-relay-bench --relay-binary .build/release/fleet-relay --output bench/profile/results.json \
+		--from warm --until warm --profile bench/profile $(if $(BENCH_FLAGS),$(BENCH_FLAGS),--transport https)
 
 PROTOC_GEN_SWIFT := .build/protoc-gen-swift/release/protoc-gen-swift
 

@@ -77,6 +77,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats, replay or quota.")
     var from: Stage = .ceilings
 
+    @Option(help: "Record the relay's CPU profile with Linux perf during each warm steady state into this directory, and print its top symbols and threads. Profiled runs' CPU figures include perf's cost: compare them with each other only.")
+    var profile: String?
+
     @Option(name: .customLong("transport"),
             help: "How the relay reaches the emulator: https (REST, HTTPS, HTTP/2 negotiated), grpc (gRPC over HTTPS and HTTP/2) and plain (REST over HTTP/1.1) (repeatable; default all three). The drain and warm steady state run once per transport, the quota scenario once per HTTPS transport; the overload, formats and replay run on the first.")
     var transports: [Transport] = [.https, .grpc, .plain]
@@ -106,11 +109,12 @@ struct BenchCommand: AsyncParsableCommand {
         try FileManager.default.createDirectory(atPath: workDirectory, withIntermediateDirectories: true)
         say("fleet-relay bench: logs and scratch files in \(workDirectory)")
         let transports = transports.reduce(into: [Transport]()) { if !$0.contains($1) { $0.append($1) } }
+        let profiler = try profile.map { try Profiler.start(directory: $0) }
         let environment = try await BenchEnvironment.start(relayBinary: relayBinary, emulatorBinary: emulatorBinary,
                                                           relayArguments: relayArguments, transports: transports,
                                                           workDirectory: workDirectory, logger: logger)
         let runs = transports.map { Scenarios(environment: environment, partitions: partitions, transport: $0,
-                                              namesTransport: transports.count > 1) }
+                                              namesTransport: transports.count > 1, profiler: profiler) }
         var report = Report()
         let started = ContinuousClock.now
         do {
@@ -136,7 +140,8 @@ struct BenchCommand: AsyncParsableCommand {
                 for (run, ceiling) in zip(runs, requestCeilings) {
                     say("3. warm steady state over \(run.transport.title): \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
                     let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
-                                                    rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit)
+                                                    rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit,
+                                                    profileName: "warm")
                     warmCPU[run.transport] = try await run.steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
                                                                         report: &report)
                 }

@@ -18,6 +18,8 @@ struct Scenarios {
     var probes: Probes { environment.emulator(transport).probes }
     /// Sections are named with their transport when the run compares several.
     var namesTransport: Bool
+    /// Records the relay's profile during the measurements of plans that ask for one.
+    var profiler: Profiler?
 
     func section(_ name: String) -> String { namesTransport ? "\(name) (\(transport.title))" : name }
 
@@ -181,10 +183,10 @@ struct Scenarios {
         let warmupLimit: Int
         /// Report the tokens minted (once per bench run).
         var reportsTokens = false
+        /// Profile the relay during the measurement (with `--profile`), under this name and the transport's.
+        var profileName: String?
     }
 
-    /// Returns the relay's CPU per Fleet Engine request in µs.
-    @discardableResult
     /// CPU seconds of one vehicle token's RS256 signature here, measured in this process with the
     /// relay's own signer: the floor of a cold vehicle's cost.
     func signatureCost(tokens: Int = 2_000) async throws -> Double {
@@ -194,6 +196,8 @@ struct Scenarios {
         return (processCPUSeconds() - started) / Double(tokens)
     }
 
+    /// Returns the relay's CPU per Fleet Engine request in µs.
+    @discardableResult
     func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
         let topic = plan.topic + "-" + transport.rawValue
         let (group, section, vehicles, rate, seconds, warmupLimit) =
@@ -231,6 +235,8 @@ struct Scenarios {
         report.add(section, "relay RSS after the cold start", relay.rssMegabytes, "MB")
 
         let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: topic + "-")
+        let profiling = plan.profileName.flatMap { name in profiler.map { ($0, "\(name)-\(transport.rawValue)") } }
+        var recording: Profiler.Recording?
         let (measured, fed) = try await feeder.feeding {
             try await Task.sleep(for: .seconds(5))  // one full round of the fleet before measuring
             await probes.resetLatency()
@@ -240,6 +246,7 @@ struct Scenarios {
             let cpuAtStart = relay.cpuSeconds
             let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
             let measureStarted = ContinuousClock.now
+            if let (profiler, name) = profiling { recording = try profiler.record(pid: relay.pid, name: name) }
             try await Task.sleep(for: .seconds(seconds))
             return SteadyMeasurement(
                 elapsed: (ContinuousClock.now - measureStarted).seconds,
@@ -254,6 +261,10 @@ struct Scenarios {
                 peakRSS: relay.peakRSSMegabytes)
         }
         let totalProduced = fed + vehicles
+        if let (profiler, _) = profiling, let recording {
+            say("profile of the relay during the \(section) (perf's own cost included in this run's CPU figures):\n"
+                + (try await profiler.finish(recording)) + "\n(in \(profiler.directory)/\(recording.name).*)")
+        }
 
         // Drain what is left, then account for every event: what is still uncommitted
         // in Kafka is not lost (a restart reads it again).
