@@ -124,10 +124,13 @@ import FoundationNetworking
         return transcript.text.withLock { $0 } + (open ? "" : "<closed>")
     }
 
+    func startOps(liveness: [OpsServer.Check] = []) async throws -> OpsServer {
+        try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
+                            liveness: { liveness }, readiness: { [] })
+    }
+
     @Test func probesShareAKeepAliveConnectionAndAHeadAnswerHasNoBody() async throws {
-        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
-                                      liveness: { [OpsServer.Check(name: "kafka_poll_loop", ok: true, detail: "")] },
-                                      readiness: { [] })
+        let ops = try await startOps(liveness: [OpsServer.Check(name: "kafka_poll_loop", ok: true, detail: "")])
         let requests = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
         let text = try await exchange(port: ops.port, requests) { $0.contains("not found\n") }
         // A body ends without a line break: a status line follows it directly.
@@ -142,8 +145,7 @@ import FoundationNetworking
     }
 
     @Test func aRequestAskingToCloseIsAnsweredAndClosed() async throws {
-        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
-                                      liveness: { [] }, readiness: { [] })
+        let ops = try await startOps()
         let text = try await exchange(port: ops.port, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") { _ in false }
         #expect(text.hasPrefix("HTTP/1.1 200 OK\r\n"), "\(text)")
         #expect(text.lowercased().contains("connection: close"))
@@ -152,8 +154,7 @@ import FoundationNetworking
     }
 
     @Test func somethingThatIsNotHTTPIsAnsweredWithABadRequestAndClosed() async throws {
-        let ops = try await OpsServer(host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(),
-                                      liveness: { [] }, readiness: { [] })
+        let ops = try await startOps()
         // A TLS ClientHello's first bytes: the ops endpoint speaks plain HTTP only.
         let text = try await exchange(port: ops.port, "\u{16}\u{03}\u{01}\u{02}\u{00}\u{01}\u{00}\u{01}\u{fc}\u{03}\u{03}\r\n\r\n") { _ in false }
         #expect(text.hasPrefix("HTTP/1.1 400 Bad Request"), "\(text)")

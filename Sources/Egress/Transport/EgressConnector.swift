@@ -6,22 +6,21 @@ import NIOPosix
 import NIOSSL
 import NIOTLS
 
-/// Where the relay's own connections go and how: the origin, TLS with the egress's trust
-/// anchors (nil for plain http), and the CONNECT proxy in between, if any.
+/// Where the relay's own HTTP/2 connections go and how: the origin, TLS with the egress's
+/// trust anchors, and the CONNECT proxy in between, if any.
 struct EgressOrigin: Sendable {
     let host: String
     let port: Int
-    let tls: NIOSSLContext?
+    let tls: NIOSSLContext
     let proxy: EgressProxy.Server?
     let connectTimeout: TimeAmount
     let requestTimeout: TimeAmount
-    /// HTTP/2 only.
     var liveness = HTTP2Liveness()
 
     /// `host[:port]` as `:authority` and `Host` name it.
     var authority: String {
         let name = host.contains(":") ? "[\(host)]" : host
-        return port == (tls == nil ? 80 : 443) ? name : "\(name):\(port)"
+        return port == 443 ? name : "\(name):\(port)"
     }
 }
 
@@ -57,8 +56,7 @@ enum EgressConnector {
     private static func establish(on channel: any Channel, to origin: EgressOrigin) -> EventLoopFuture<String?> {
         let tunnel = origin.proxy.map { openTunnel(on: channel, through: $0, to: origin) }
             ?? channel.eventLoop.makeSucceededVoidFuture()
-        guard let tls = origin.tls else { return tunnel.map { nil } }
-        return tunnel.flatMap { startTLS(on: channel, to: origin, context: tls) }
+        return tunnel.flatMap { startTLS(on: channel, to: origin, context: origin.tls) }
     }
 
     /// `CONNECT host:port` with the proxy's credentials.

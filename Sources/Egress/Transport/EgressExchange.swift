@@ -76,8 +76,6 @@ public enum ExchangeError: Error, Equatable, CustomStringConvertible, Sendable {
     case http2NotNegotiated(String?)
     /// The server answered with something that is not an HTTP response.
     case malformedResponse(String)
-    /// The request itself cannot be written (a line break in a header value).
-    case invalidRequest(String)
     case responseTooLarge(Int)
 
     /// The server has certainly not processed the request (RFC 9113 §8.7): sending it again
@@ -101,7 +99,6 @@ public enum ExchangeError: Error, Equatable, CustomStringConvertible, Sendable {
         case .http2NotNegotiated(let named):
             "TLS did not negotiate HTTP/2 (ALPN answered \(named.map { "\"\($0)\"" } ?? "nothing"))"
         case .malformedResponse(let reason): "malformed response: \(reason)"
-        case .invalidRequest(let reason): "request not sent: \(reason)"
         case .responseTooLarge(let limit): "response body larger than \(limit) bytes"
         }
     }
