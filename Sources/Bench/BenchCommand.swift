@@ -23,7 +23,7 @@ struct BenchCommand: AsyncParsableCommand {
     var partitions = 16
 
     @Option(help: "Vehicles in the backlog-drain scenario.")
-    var drainVehicles = 2000
+    var drainVehicles = 1000
 
     @Option(help: "Fixes per vehicle in the backlog.")
     var drainFixesPerVehicle = 100
@@ -35,10 +35,10 @@ struct BenchCommand: AsyncParsableCommand {
     var formatFixesPerVehicle = 50
 
     @Option(help: "Vehicles in the warm steady scenario, a load the relay keeps up with (each reports every vehicles/rate seconds).")
-    var warmVehicles = 25_000
+    var warmVehicles = 5_000
 
     @Option(help: "Events per second in the warm steady scenario.")
-    var warmRate = 5_000
+    var warmRate = 1_000
 
     @Option(help: "Vehicles in the overload steady-state scenario (each reports every vehicles/rate seconds).")
     var steadyVehicles = 100_000
@@ -77,7 +77,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats, replay or quota.")
     var from: Stage = .ceilings
 
-    @Option(help: "Record the relay's CPU profile with Linux perf during each warm steady state into this directory, and print its top symbols and threads. Profiled runs' CPU figures include perf's cost: compare them with each other only.")
+    @Option(help: "A relay binary to compare this one with, such as the build before a change. The backlog drain and the warm steady state then also run with it, in this run, each just before this build's; the table adds this build's figures as ratios to the baseline's.")
+    var baselineRelayBinary: String?
+
+    @Option(help: "Record the relay's CPU profile with Linux perf during each backlog drain and warm steady state into this directory, and print its top symbols and threads. Profiled runs' CPU figures include perf's cost: compare them with each other only.")
     var profile: String?
 
     @Option(name: .customLong("transport"),
@@ -88,6 +91,25 @@ struct BenchCommand: AsyncParsableCommand {
     static let httpsOverheadCeiling = 1.5
     /// gRPC's relay CPU per request at most this many times REST's, both over HTTPS + HTTP/2.
     static let grpcOverheadCeiling = 1.1
+
+    /// The figures compared with the baseline build's, and whether less is better.
+    static let drainComparisons = [("events/s", false), ("relay CPU per event (tokens, live reads and updates included)", true),
+                                   ("relay peak RSS", true)]
+    static let warmComparisons = [("relay CPU per Fleet Engine request", true), ("latency p50 (event time → emulator)", true),
+                                  ("latency p99", true), ("cold start: first fix of every vehicle delivered (one token each)", true),
+                                  ("cold start relay CPU per vehicle (token, live read, update)", true),
+                                  ("relay RSS after the cold start", true), ("relay peak RSS", true)]
+
+    /// This build's figures of a scenario as ratios to the baseline build's, from the same run.
+    private func compareWithBaseline(_ run: Scenarios, _ scenario: String, _ figures: [(String, Bool)], _ report: inout Report) {
+        let (section, baselineSection) = (run.section(scenario), run.baseline(relayBinary).section(scenario))
+        for (figure, lessIsBetter) in figures {
+            guard let value = report.value(of: figure, in: section), let baseline = report.value(of: figure, in: baselineSection),
+                  baseline > 0 else { continue }
+            report.add("this build ÷ baseline", "\(section): \(figure) (\(lessIsBetter ? "less" : "more") is better)",
+                       value / baseline, "×")
+        }
+    }
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
         case ceilings, drain, warm, steady, formats, replay, quota
@@ -102,7 +124,7 @@ struct BenchCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "bench")
-        for binary in [relayBinary, emulatorBinary] where !FileManager.default.isExecutableFile(atPath: binary) {
+        for binary in [relayBinary, emulatorBinary] + [baselineRelayBinary].compactMap({ $0 }) where !FileManager.default.isExecutableFile(atPath: binary) {
             throw BenchError("\(binary) is missing: build it first (swift build -c release)")
         }
         let workDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-relay-bench-\(getpid())").path
@@ -130,10 +152,22 @@ struct BenchCommand: AsyncParsableCommand {
             var drainCPU: [Transport: Double] = [:]
             var warmCPU: [Transport: Double] = [:]
             if until >= .drain, from <= .drain {
+                // The baseline drains a backlog of its own vehicles: the emulator would find the
+                // other's fixes already held, and send nothing.
+                let baselineBacklog = try await baselineRelayBinary.asyncMap { _ in
+                    try await runs[0].produceBacklog(topic: "bench-drain-baseline", vehicles: drainVehicles,
+                                                     fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain-baseline-")
+                }
                 for (run, ceiling) in zip(runs, requestCeilings) {
+                    if let baselineRelayBinary, let baselineBacklog {
+                        say("2. backlog drain over \(run.transport.title), baseline build")
+                        try await run.baseline(baselineRelayBinary).backlogDrain(baselineBacklog, consumeCeiling: consume,
+                                                                                 requestCeiling: ceiling, report: &report)
+                    }
                     say("2. backlog drain over \(run.transport.title)")
                     drainCPU[run.transport] = try await run.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: ceiling,
                                                                           report: &report)
+                    if baselineRelayBinary != nil { compareWithBaseline(run, "backlog drain", Self.drainComparisons, &report) }
                 }
             }
             if until >= .warm, from <= .warm {
@@ -142,8 +176,14 @@ struct BenchCommand: AsyncParsableCommand {
                     let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
                                                     rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit,
                                                     profileName: "warm")
+                    if let baselineRelayBinary {
+                        say("   baseline build first")
+                        try await run.baseline(baselineRelayBinary).steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
+                                                                                report: &report)
+                    }
                     warmCPU[run.transport] = try await run.steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
                                                                         report: &report)
+                    if baselineRelayBinary != nil { compareWithBaseline(run, "warm steady state", Self.warmComparisons, &report) }
                 }
             }
             let comparisons = [("backlog drain: relay CPU for the whole backlog", drainCPU),
@@ -188,12 +228,21 @@ struct BenchCommand: AsyncParsableCommand {
         say("\n" + report.table())
         let wall = (ContinuousClock.now - started).seconds
         say(String(format: "\nbench took %.0f s; results in %@", wall, output))
-        let json = report.json(environment: [
+        var context: [String: String] = [
             "date": ISO8601DateFormatter().string(from: Date()), "cores": String(ProcessInfo.processInfo.activeProcessorCount),
             "partitions": String(partitions), "relay_binary": relayBinary, "wall_seconds": String(Int(wall)),
             "transports": transports.map(\.rawValue).joined(separator: ","),
-        ])
+        ]
+        if let baselineRelayBinary { context["baseline_relay_binary"] = baselineRelayBinary }
+        let json = report.json(environment: context)
         try FileManager.default.createDirectory(atPath: (output as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try Data(json.utf8).write(to: URL(fileURLWithPath: output))
+    }
+}
+
+extension Optional {
+    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
+        guard let self else { return nil }
+        return try await transform(self)
     }
 }

@@ -49,7 +49,7 @@ struct EmulatorEndpoint {
 /// What every scenario shares: the mock cluster (in this process), the emulators
 /// (a process per transport), a key, and how to start the relay as its own process.
 struct BenchEnvironment {
-    let relayBinary: String
+    private(set) var relayBinary: String
     let relayArguments: [String]
     let workDirectory: String
     let cluster: KafkaMockCluster
@@ -101,6 +101,13 @@ struct BenchEnvironment {
         return BenchEnvironment(relayBinary: relayBinary, relayArguments: relayArguments, workDirectory: workDirectory,
                                 cluster: cluster, kafka: kafka, keyFile: keyFile, key: key, emulators: emulators,
                                 egress: egress, http: http, logger: logger)
+    }
+
+    /// The same environment, starting another relay binary.
+    func running(relayBinary: String) -> BenchEnvironment {
+        var environment = self
+        environment.relayBinary = relayBinary
+        return environment
     }
 
     func emulator(_ transport: Transport) -> EmulatorEndpoint {

@@ -22,6 +22,11 @@ struct Report {
         say("  \(figure): \(Self.format(value)) \(unit)" + (ratio.map { " (\(Self.percent($0)) of \(ceiling ?? "ceiling"))" } ?? ""))
     }
 
+    /// The value of a figure reported in a section (the first, when several were).
+    func value(of figure: String, in scenario: String) -> Double? {
+        rows.first { $0.scenario == scenario && $0.figure == figure }?.value
+    }
+
     func table() -> String {
         let header = ["scenario", "figure", "value", "ratio to ceiling"]
         let cells = rows.map { row in
@@ -44,7 +49,7 @@ struct Report {
             var figure = JSONObjectWriter()
             figure.add("scenario", row.scenario)
             figure.add("figure", row.figure)
-            figure.add("value", row.value)
+            if row.value.isFinite { figure.add("value", row.value) } else { figure.addRaw("value", "null") }
             figure.add("unit", row.unit)
             if let ratio = row.ratio { figure.add("ratio", (ratio * 1000).rounded() / 1000) }
             if let of = row.ratioOf { figure.add("ratio_of", of) }

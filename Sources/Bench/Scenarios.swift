@@ -11,7 +11,7 @@ import Synchronization
 
 /// The benchmark's scenarios. Each adds its figures to the report.
 struct Scenarios {
-    let environment: BenchEnvironment
+    var environment: BenchEnvironment
     let partitions: Int
     /// How the relay reaches the emulator in the scenarios run through this value.
     var transport: Transport
@@ -20,8 +20,26 @@ struct Scenarios {
     var namesTransport: Bool
     /// Records the relay's profile during the measurements of plans that ask for one.
     var profiler: Profiler?
+    /// The relay build these scenarios run: nil for the one benchmarked, or `baseline`, the
+    /// build it is compared with (its sections, topics and groups are named apart).
+    var build: String?
 
-    func section(_ name: String) -> String { namesTransport ? "\(name) (\(transport.title))" : name }
+    func section(_ name: String) -> String {
+        let named = build.map { "\(name), \($0)" } ?? name
+        return namesTransport ? "\(named) (\(transport.title))" : named
+    }
+
+    /// The same scenarios run by the baseline relay binary, with their own sections and names.
+    func baseline(_ relayBinary: String) -> Scenarios {
+        var scenarios = self
+        scenarios.environment = environment.running(relayBinary: relayBinary)
+        scenarios.build = "baseline"
+        scenarios.profiler = nil
+        return scenarios
+    }
+
+    /// Topics and consumer groups of a run are its own.
+    private var runSuffix: String { transport.rawValue + (build.map { "-" + $0 } ?? "") }
 
     // MARK: 1. Ceilings
 
@@ -123,13 +141,14 @@ struct Scenarios {
     /// compare the same work.
     @discardableResult
     func backlogDrain(_ backlog: Backlog, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
-        let group = "bench-drain-\(transport.rawValue)"
+        let group = "bench-drain-\(runSuffix)"
         let before = await probes.emulator()
         let (relay, metricsPort, startup) = try await environment.startRelay(topic: backlog.topic, group: group,
                                                                              transport: transport)
         let started = ContinuousClock.now
         let cpuAtStart = relay.cpuSeconds
         let requestsAtStart = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort)
+        let recording = try profiler?.record(pid: relay.pid, name: "drain-\(runSuffix)")
         let delivered = await waitUntil(timeout: .seconds(600)) {
             await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
         }
@@ -139,6 +158,10 @@ struct Scenarios {
         let elapsed = (ContinuousClock.now - started).seconds
         let cpu = relay.cpuSeconds - cpuAtStart
         let relayRequests = await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart
+        if let profiler, let recording {
+            say("profile of the relay during the \(section("backlog drain")) (perf's own cost included in this run's CPU figures):\n"
+                + (try await profiler.finish(recording)) + "\n(in \(profiler.directory)/\(recording.name).*)")
+        }
         let peak = relay.peakRSSMegabytes
         // Token counters are refreshed every 5 s.
         _ = await waitUntil(timeout: .seconds(12)) {
@@ -161,6 +184,7 @@ struct Scenarios {
                    of: "emulator ceiling")
         report.add(section, "coalescing (events per request)", Double(backlog.events) / requests, "events/request")
         report.add(section, "relay CPU", cpu, "CPU s", ratio: cpu / elapsed, of: "one core")
+        report.add(section, "relay CPU per event (tokens, live reads and updates included)", cpu / Double(backlog.events) * 1e6, "µs")
         report.add(section, "relay CPU per Fleet Engine request", cpuPerRequest, "µs")
         Self.reportBytesOnTheWire(section, from: before, to: after, report: &report)
         report.add(section, "relay peak RSS", peak, "MB")
@@ -199,7 +223,7 @@ struct Scenarios {
     /// Returns the relay's CPU per Fleet Engine request in µs.
     @discardableResult
     func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
-        let topic = plan.topic + "-" + transport.rawValue
+        let topic = plan.topic + "-" + runSuffix
         let (group, section, vehicles, rate, seconds, warmupLimit) =
             (topic, section(plan.section), plan.vehicles, plan.rate, plan.seconds, plan.warmupLimit)
         try environment.createTopic(topic, partitions: partitions)
