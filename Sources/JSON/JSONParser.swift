@@ -89,8 +89,9 @@ public struct JSONParser {
     private mutating func parseObject() throws(JSONParseError) -> JSONValue {
         try enterContainer()
         defer { depth -= 1 }
-        var members: [String: JSONValue] = [:]
-        if consume(UInt8(ascii: "}")) { return .object(members) }
+        if consume(UInt8(ascii: "}")) { return .object([:]) }
+        // Room for an event's fields at once: growing from empty rehashes three times.
+        var members = [String: JSONValue](minimumCapacity: 12)
         while true {
             guard position < buffer.count, buffer[position] == UInt8(ascii: "\"") else {
                 throw error("expected a string key")

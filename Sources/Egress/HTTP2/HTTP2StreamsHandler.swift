@@ -110,19 +110,23 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         if let context { reset(streamID, context: context) }
     }
 
+    /// Values that repeat on every request (method, authority, content type) enter HPACK's
+    /// table and go out as one byte each afterwards. The path (one per vehicle), the length
+    /// and the token are sent as literals that never enter it: they would only evict each
+    /// other at the cost of a table search and an insertion per request.
     static func headers(for request: EgressRequest, authority: String) -> HPACKHeaders {
         var headers = HPACKHeaders()
         headers.reserveCapacity(7 + request.otherHeaders.count)
         headers.add(name: ":method", value: request.method)
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":authority", value: authority)
-        headers.add(name: ":path", value: request.path)
+        headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
         if let authorization = request.authorization {
             headers.add(name: "authorization", value: authorization, indexing: .neverIndexed)
         }
         if let contentType = request.contentType { headers.add(name: "content-type", value: contentType) }
         for header in request.otherHeaders { headers.add(name: header.name, value: header.value) }
-        if let body = request.body { headers.add(name: "content-length", value: String(body.readableBytes)) }
+        if let body = request.body { headers.add(name: "content-length", value: String(body.readableBytes), indexing: .nonIndexable) }
         return headers
     }
 

@@ -168,9 +168,11 @@ struct PartitionLedger {
     /// out, or `always` (after an assignment change, or a change of `pausesEveryPartition`: a
     /// revoked partition's pause must never linger in the consumer's wish).
     mutating func pauseChange(always: Bool, recordsWait: Bool) -> PauseChange? {
+        // Most events flip no share: the wish is built only when one did.
+        guard always || !flips.isEmpty else { return nil }
         defer { flips = [:] }
         let wish = pauseWish
-        guard always || (!flips.isEmpty && wish != announcedPauseWish) else { return nil }
+        guard always || wish != announcedPauseWish else { return nil }
         announcedPauseWish = wish
         pauseWishes += 1
         return PauseChange(wish: wish, sequence: pauseWishes,
