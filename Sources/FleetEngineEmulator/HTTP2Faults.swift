@@ -21,10 +21,14 @@ public struct HTTP2ServerBehaviour: Sendable {
     public var goAwayBelowEveryRequests: Int?
     /// Share (0–1) of requests refused with RST_STREAM(REFUSED_STREAM), unprocessed (RFC 9113 §8.7).
     public var refuseShare: Double
+    /// SETTINGS_INITIAL_WINDOW_SIZE announced: a small one makes clients send bodies in pieces,
+    /// each waiting for the server's WINDOW_UPDATE (nil: HTTP/2's 65,535).
+    public var streamWindow: Int?
 
     public init(maximumConcurrentStreams: Int = 100, goAwayEveryRequests: Int? = nil, resetShare: Double = 0,
                 streamLimitChange: (afterRequests: Int, limit: Int)? = nil, goAwayBelowEveryRequests: Int? = nil,
-                refuseShare: Double = 0) {
+                refuseShare: Double = 0, streamWindow: Int? = nil) {
+        self.streamWindow = streamWindow
         self.maximumConcurrentStreams = maximumConcurrentStreams
         self.goAwayEveryRequests = goAwayEveryRequests
         self.resetShare = resetShare
@@ -60,7 +64,7 @@ public struct EmulatorOptions: Sendable {
             }
         }
         return HTTPServer.Options(tls: tls, maximumConcurrentStreams: behaviour.maximumConcurrentStreams,
-                                  observeHTTP2Connection: observe, prepareConnection: prepare)
+                                  streamWindow: behaviour.streamWindow, observeHTTP2Connection: observe, prepareConnection: prepare)
     }
 }
 

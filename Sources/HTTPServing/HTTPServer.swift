@@ -19,17 +19,21 @@ public final class HTTPServer: Sendable {
         public var tls: ServerTLS?
         /// SETTINGS_MAX_CONCURRENT_STREAMS announced to HTTP/2 clients (Google's front ends say 100).
         public var maximumConcurrentStreams: Int
+        /// SETTINGS_INITIAL_WINDOW_SIZE announced to HTTP/2 clients: how much of a request body a
+        /// client may send on a stream before the server's WINDOW_UPDATE (nil: HTTP/2's 65,535).
+        public var streamWindow: Int?
         /// Makes the observer of each HTTP/2 connection's streams (the emulator's faults).
         public var observeHTTP2Connection: (@Sendable (any Channel, HTTPServerStatistics) -> any HTTP2ConnectionObserver)?
         /// Adds handlers at the network end of every accepted connection, before TLS (the
         /// emulator's network faults, such as a path that goes silent).
         public var prepareConnection: (@Sendable (any Channel) throws -> Void)?
 
-        public init(tls: ServerTLS? = nil, maximumConcurrentStreams: Int = 100,
+        public init(tls: ServerTLS? = nil, maximumConcurrentStreams: Int = 100, streamWindow: Int? = nil,
                     observeHTTP2Connection: (@Sendable (any Channel, HTTPServerStatistics) -> any HTTP2ConnectionObserver)? = nil,
                     prepareConnection: (@Sendable (any Channel) throws -> Void)? = nil) {
             self.tls = tls
             self.maximumConcurrentStreams = maximumConcurrentStreams
+            self.streamWindow = streamWindow
             self.observeHTTP2Connection = observeHTTP2Connection
             self.prepareConnection = prepareConnection
         }
@@ -54,7 +58,7 @@ public final class HTTPServer: Sendable {
                              responder: @escaping HTTPResponder) async throws -> HTTPServer {
         let statistics = HTTPServerStatistics()
         let sslContext = try options.tls.map { try NIOSSLContext(configuration: $0.configuration) }
-        let (streams, observe) = (options.maximumConcurrentStreams, options.observeHTTP2Connection)
+        let (streams, window, observe) = (options.maximumConcurrentStreams, options.streamWindow, options.observeHTTP2Connection)
         let prepareConnection = options.prepareConnection
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
@@ -79,7 +83,8 @@ public final class HTTPServer: Sendable {
                 }.flatMap {
                     channel.configureHTTP2SecureUpgrade(
                         h2ChannelConfigurator: { connection in
-                            configureHTTP2(connection, maximumConcurrentStreams: streams, observer: observe?(connection, statistics),
+                            configureHTTP2(connection, maximumConcurrentStreams: streams, streamWindow: window,
+                                           observer: observe?(connection, statistics),
                                            responder: responder, statistics: statistics)
                         },
                         http1ChannelConfigurator: { connection in
@@ -107,7 +112,7 @@ public final class HTTPServer: Sendable {
             RequestHandler(responder: responder, statistics: statistics, servedProtocol: .http1))
     }
 
-    private static func configureHTTP2(_ connection: any Channel, maximumConcurrentStreams: Int,
+    private static func configureHTTP2(_ connection: any Channel, maximumConcurrentStreams: Int, streamWindow: Int?,
                                        observer: (any HTTP2ConnectionObserver)?, responder: @escaping HTTPResponder,
                                        statistics: HTTPServerStatistics) -> EventLoopFuture<Void> {
         var configuration = NIOHTTP2Handler.ConnectionConfiguration()
@@ -115,6 +120,7 @@ public final class HTTPServer: Sendable {
             HTTP2Setting(parameter: .maxConcurrentStreams, value: maximumConcurrentStreams),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
         ]
+        if let streamWindow { configuration.initialSettings.append(HTTP2Setting(parameter: .initialWindowSize, value: streamWindow)) }
         if observer != nil {
             do {
                 try connection.pipeline.syncOperations.addHandler(FramesBeneathHTTP2())

@@ -62,33 +62,26 @@ struct HTTP2StreamsStateMachineTests {
         #expect(answeredAgain == nil, "an answer after a reset completes nothing twice")
     }
 
-    @Test func aGoAwayStopsNewStreamsAndClosesWhenTheLastStreamBelowItEnds() throws {
+    @Test func aGoAwayStopsNewStreamsRefusesThoseAboveItsLastAndClosesWhenTheLastBelowEnds() throws {
         var machine = makeMachine()
         _ = machine.start("a", now: start)
         _ = machine.start("b", now: start)
-        let closesNow = machine.receivedGoAway()
-        #expect(closesNow == false, "two streams to finish")
+        _ = machine.start("c", now: start)
+        let (refused, closesNow) = machine.receivedGoAway(lastStreamID: 1)
+        #expect(refused == ["b", "c"], "streams 3 and 5 were never processed")
+        #expect(closesNow == false, "stream 1 is still to be answered")
         #expect(machine.isGoingAway)
-        #expect(refusal(machine.start("c", now: start)) == .notSent)
-        // NIOHTTP2Handler closes the stream above the GOAWAY's last one with CANCEL.
-        #expect(machine.closedStreamError(reason: .cancel) == .refusedByGoAway)
-        let refusedOneEnded = machine.end(3, now: start)
-        #expect(refusedOneEnded?.closeConnection == false)
+        #expect(refusal(machine.start("d", now: start)) == .notSent)
+        #expect(machine.end(3, now: start) == nil, "a refused stream has left")
         let lastEnded = machine.end(1, now: start)
         #expect(lastEnded?.closeConnection == true)
     }
 
     @Test func aGoAwayOnAnIdleConnectionClosesItNow() {
         var machine = makeMachine()
-        let closesNow = machine.receivedGoAway()
+        let (refused, closesNow) = machine.receivedGoAway(lastStreamID: 0)
+        #expect(refused.isEmpty)
         #expect(closesNow)
-    }
-
-    @Test func aStreamClosedWithoutAGoAwayWasReset() {
-        let machine = makeMachine()
-        #expect(machine.closedStreamError(reason: .cancel) == .streamReset(.cancel))
-        #expect(machine.closedStreamError(reason: .refusedStream) == .streamReset(.refusedStream))
-        #expect(machine.closedStreamError(reason: nil) == .streamReset(.noError))
     }
 
     @Test func aFailedConnectionRefusesNewStreamsAndFailsItsStreamsWithTheFirstError() {

@@ -103,6 +103,35 @@ import Testing
         }
     }
 
+    /// Bodies larger than the server lets a stream send at once, together more than the
+    /// connection's window: each goes in pieces as the server's WINDOW_UPDATEs allow, and every
+    /// fix of every body arrives.
+    @Test func bodiesBeyondTheServersWindowsGoInPiecesAndArriveWhole() async throws {
+        try await withHTTPSEmulator(http2: .init(streamWindow: 1_000)) { served in
+            let client = try client(served)
+            let vehicles = 24
+            let outcomes = await withTaskGroup(of: FleetEngineOutcome.self) { group in
+                for vehicle in 0..<vehicles {
+                    let id = "veh-\(vehicle)"
+                    let past = (0..<100).map { step in
+                        LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: 1_795_381_100_000 + Int64(step) * 1000)
+                    }
+                    let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: id), lastLocation: fix,
+                                                       pastLocations: past)
+                    group.addTask { await client.send(update, token: token(id)).outcome }
+                }
+                return await group.reduce(into: [FleetEngineOutcome]()) { $0.append($1) }
+            }
+            await client.shutdown()
+            #expect(outcomes.allSatisfy { $0 == .accepted }, "\(outcomes.filter { $0 != .accepted })")
+            for vehicle in 0..<vehicles {
+                let stored = try #require(served.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: "veh-\(vehicle)")))
+                #expect(stored.locationTimeMilliseconds == fix.recordedAtMilliseconds)
+                #expect(stored.pastLocationsReceived == 100, "every past fix of veh-\(vehicle)'s body")
+            }
+        }
+    }
+
     /// A server announcing 8 streams gets 64 requests on 8 connections, not 64 on the two
     /// connections a limit of 100 would need, with 48 of them waiting for a stream.
     @Test func theServersStreamLimitDecidesHowManyConnectionsOpen() async throws {

@@ -13,12 +13,7 @@ extension EgressConnection where Handler == HTTP2StreamsHandler {
             let state = ConnectionState()
             let handler = HTTP2StreamsHandler(authority: origin.authority, requestTimeout: origin.requestTimeout,
                                               liveness: origin.liveness, state: state)
-            let pipeline = channel.pipeline.syncOperations
-            // Header validation checks what the server sends (RFC 9113 §8.2: lower-case names, no
-            // connection-specific fields, pseudo-headers first), and the relay's own few headers too.
-            try pipeline.addHandler(NIOHTTP2Handler(mode: .client, initialSettings: HTTP2StreamsHandler.initialSettings,
-                                                    headerBlockValidation: .enabled))
-            try pipeline.addHandler(handler)
+            try channel.pipeline.syncOperations.addHandler(handler)
             return HTTP2Connection(channel: channel, handler: handler, state: state)
         }
     }

@@ -2,37 +2,59 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 
-/// The client end of one HTTP/2 connection, on the frames `NIOHTTP2Handler` produces:
-/// each request is a stream this handler numbers itself, its HEADERS and DATA written
-/// together, and the writes of everything started in one event-loop turn go out in one
-/// flush. No per-stream channel or pipeline is built; a request is a dictionary entry.
+/// The client end of one HTTP/2 connection, straight on the TLS bytes: requests become
+/// HEADERS and DATA frames written into one buffer, and everything written in an event-loop
+/// turn leaves in one write and flush. Answers are read frame by frame; header blocks are
+/// decoded by NIOHPACK. No per-stream channel, pipeline or frame value is built: a request
+/// is a dictionary entry, and a frame a slice of what was read.
 ///
 /// `HTTP2StreamsStateMachine` decides (stream IDs, timeouts, GOAWAY, PINGs, idling, the
-/// connection window); this handler writes frames, runs timers and completes requests as
-/// it says. The stream limit of the server's SETTINGS goes to the pool (which opens
-/// connections from the streams actually allowed) whenever the server announces it, and
-/// `NIOHTTP2Handler` holds streams beyond it until one ends.
+/// connection window); this handler frames, runs timers and completes requests as it says.
+/// It keeps the rules the server holds it to: the server's SETTINGS (its stream limit, which
+/// also goes to the pool, its windows and frame size), flow control of the bodies sent, PING
+/// answers, and a GOAWAY with the reason when the server breaks the protocol.
 ///
 /// Everything here runs on the connection's event loop.
 final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
-    typealias InboundIn = HTTP2Frame
-    typealias OutboundOut = HTTP2Frame
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
-    /// The per-stream window granted in SETTINGS covers the largest answer accepted, so
-    /// stream windows never need updating.
-    static let initialSettings: HTTP2Settings = [
-        HTTP2Setting(parameter: .enablePush, value: 0),
-        HTTP2Setting(parameter: .initialWindowSize, value: Exchange.maximumBodyBytes),
-        HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
+    /// What the relay asks of the server: no push; a stream window that covers the largest
+    /// answer accepted, so stream windows never need updating; header lists up to 64 KiB.
+    static let initialSettings: [(identifier: UInt16, value: UInt32)] = [
+        (0x2, 0), (0x4, UInt32(Exchange.maximumBodyBytes)), (0x6, 1 << 16),
     ]
-    private static let defaultConnectionWindow = 65_535
+    /// The windows and frame size the server allows until its SETTINGS say otherwise.
+    private static let defaultWindow = 65_535
 
     private let authority: String
     /// Mirrors for the pool, on other threads, what the state machine decided.
     private let state: ConnectionState
     private var machine: HTTP2StreamsStateMachine<Exchange>
     private var context: ChannelHandlerContext?
+    private var reader = HTTP2FrameReader()
+    private var decoder = HPACKDecoder(allocator: ByteBufferAllocator())
+    /// A header block whose CONTINUATION frames are still to come: its stream and whether it ends it.
+    private var continuing: (stream: HTTP2StreamID, endStream: Bool, block: ByteBuffer)?
+    /// Frames written this turn, sent at its end in one write.
+    private var output = ByteBuffer()
+    private var block = ByteBuffer()
     private var flushScheduled = false
+
+    // The server's rules for what the relay sends.
+    private var streamLimit = Int.max
+    private var streamWindow = HTTP2StreamsHandler.defaultWindow
+    private var connectionWindow = HTTP2StreamsHandler.defaultWindow
+    private var maximumFrameSize = HTTP2FrameReader.maximumFrameSize
+    /// Streams whose HEADERS went out and that have not ended.
+    private var openStreams = 0
+    /// Streams started beyond the server's limit, in stream order: they open as others end.
+    private var waitingToOpen = CircularBuffer<HTTP2StreamID>()
+    /// Streams with body left to send once the server's windows allow, in stream order.
+    private var waitingForWindow: [HTTP2StreamID] = []
+    /// The highest stream the relay opened: frames on a higher one break the protocol.
+    private var highestOpened = HTTP2StreamID(0)
+
     private var deadlineTimer: Scheduled<Void>?
     private var livenessTimer: Scheduled<Void>?
     /// The timer that closes the connection unless the server answers the PING sent.
@@ -42,16 +64,19 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         self.authority = authority
         self.state = state
         self.machine = HTTP2StreamsStateMachine(requestTimeout: requestTimeout, liveness: liveness, now: .now())
+        self.decoder.maxHeaderListSize = 1 << 16
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        output = context.channel.allocator.buffer(capacity: 4096)
+        block = context.channel.allocator.buffer(capacity: 2048)
+        output.writeBytes(ByteBuffer.http2Preface)
+        output.writeSettings(Self.initialSettings)
         // The default 64 KiB connection window would let only that many bytes of answers
         // be in flight across all streams before the server waits for an update.
-        let raise = HTTP2Frame(streamID: .rootStream,
-                               payload: .windowUpdate(windowSizeIncrement: HTTP2StreamsStateMachine<Exchange>.connectionWindow
-                                   - Self.defaultConnectionWindow))
-        context.writeAndFlush(wrapOutboundOut(raise), promise: nil)
+        output.writeWindowUpdate(HTTP2StreamsStateMachine<Exchange>.connectionWindow - Self.defaultWindow, stream: .rootStream)
+        scheduleFlush(on: context)
         armLivenessTimer(at: machine.firstLivenessCheck, on: context.eventLoop)
     }
 
@@ -83,22 +108,69 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         publishUsability()
         exchange.completion = completion
         exchange.streamID = streamID
-
-        let written = context.eventLoop.makePromise(of: Void.self)
-        written.futureResult.assumeIsolated().whenFailure { [self] error in
-            fail(streamID, error)
-        }
-        let request = exchange.request
-        let headers = Self.headers(for: request, authority: authority)
-        if let body = request.body {
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers)))), promise: nil)
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
-                          promise: written)
+        if openStreams < streamLimit, waitingToOpen.isEmpty {
+            open(exchange, streamID)
         } else {
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true)))),
-                          promise: written)
+            waitingToOpen.append(streamID)
         }
         scheduleFlush(on: context)
+    }
+
+    /// Writes the stream's HEADERS and as much of its body as the windows allow.
+    private func open(_ exchange: Exchange, _ streamID: HTTP2StreamID) {
+        exchange.isOpen = true
+        exchange.sendWindow = streamWindow
+        openStreams += 1
+        highestOpened = streamID
+        let request = exchange.request
+        block.clear()
+        RequestHeaderBlock.write(request, authority: authority, into: &block)
+        output.writeHeaders(block, stream: streamID, endStream: request.body == nil, maximumFrameSize: maximumFrameSize)
+        if let body = request.body {
+            exchange.unsentBody = body
+            sendBody(of: exchange, streamID)
+        }
+    }
+
+    /// Sends the body as far as the stream's and the connection's windows allow; the rest
+    /// waits for the server's WINDOW_UPDATE.
+    private func sendBody(of exchange: Exchange, _ streamID: HTTP2StreamID) {
+        guard var body = exchange.unsentBody else { return }
+        while true {
+            let allowed = min(body.readableBytes, connectionWindow, exchange.sendWindow, maximumFrameSize)
+            guard allowed > 0 || body.readableBytes == 0 else {
+                if !waitingForWindow.contains(streamID) { waitingForWindow.append(streamID) }
+                exchange.unsentBody = body
+                return
+            }
+            let chunk = body.readSlice(length: allowed)!
+            connectionWindow -= allowed
+            exchange.sendWindow -= allowed
+            let last = body.readableBytes == 0
+            output.writeData(chunk, stream: streamID, endStream: last)
+            if last {
+                exchange.unsentBody = nil
+                return
+            }
+        }
+    }
+
+    /// The windows grew: streams waiting for them send on, in stream order.
+    private func resumeBodies() {
+        let waiting = waitingForWindow
+        waitingForWindow.removeAll()
+        for streamID in waiting {
+            guard let exchange = machine[streamID] else { continue }
+            sendBody(of: exchange, streamID)
+        }
+    }
+
+    /// A stream ended: streams waiting beyond the server's limit open in its place.
+    private func openWaitingStreams() {
+        while openStreams < streamLimit, let streamID = waitingToOpen.first {
+            waitingToOpen.removeFirst()
+            if let exchange = machine[streamID] { open(exchange, streamID) }
+        }
     }
 
     /// The caller's task was cancelled: the request ends now with `CancellationError` and
@@ -107,27 +179,6 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         exchange.isCancelled = true
         guard let streamID = exchange.streamID, machine[streamID] === exchange else { return }
         fail(streamID, CancellationError())
-        if let context { reset(streamID, context: context) }
-    }
-
-    /// Values that repeat on every request (method, authority, content type) enter HPACK's
-    /// table and go out as one byte each afterwards. The path (one per vehicle), the length
-    /// and the token are sent as literals that never enter it: they would only evict each
-    /// other at the cost of a table search and an insertion per request.
-    static func headers(for request: EgressRequest, authority: String) -> HPACKHeaders {
-        var headers = HPACKHeaders()
-        headers.reserveCapacity(7 + request.otherHeaders.count)
-        headers.add(name: ":method", value: request.method)
-        headers.add(name: ":scheme", value: "https")
-        headers.add(name: ":authority", value: authority)
-        headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
-        if let authorization = request.authorization {
-            headers.add(name: "authorization", value: authorization, indexing: .neverIndexed)
-        }
-        if let contentType = request.contentType { headers.add(name: "content-type", value: contentType) }
-        for header in request.otherHeaders { headers.add(name: header.name, value: header.value) }
-        if let body = request.body { headers.add(name: "content-length", value: String(body.readableBytes), indexing: .nonIndexable) }
-        return headers
     }
 
     /// Writes started in this event-loop turn leave in one flush: one TLS record and one
@@ -137,90 +188,232 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         flushScheduled = true
         context.eventLoop.assumeIsolated().execute { [self] in
             flushScheduled = false
-            self.context?.flush()
+            flushNow()
         }
+    }
+
+    private func flushNow() {
+        guard let context, output.readableBytes > 0 else { return }
+        context.writeAndFlush(wrapOutboundOut(output), promise: nil)
+        output.clear()  // a new buffer when the one written is still held
     }
 
     // MARK: Answers
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        if machine.heardFrame(now: .now()) {
-            pingTimer?.cancel()
-            pingTimer = nil
-        }
-        switch frame.payload {
-        case .headers(let headers):
-            received(headers, on: frame.streamID)
-        case .data(let data):
-            received(data, on: frame.streamID, context: context)
-        case .rstStream(let code):
-            fail(frame.streamID, ExchangeError.streamReset(code))
-        case .goAway:
-            // Streams above the last one the server processed are closed by NIOHTTP2Handler
-            // (StreamClosedEvent below); the others are answered before the server closes.
-            let drained = machine.receivedGoAway()
-            publishUsability()
-            if drained { close(context) }
-        case .settings(.settings(let settings)):
-            // Announced at the start and whenever the server changes its mind.
-            if let limit = settings.last(where: { $0.parameter == .maxConcurrentStreams }) {
-                state.announceStreamLimit(limit.value)
+        reader.append(unwrapInboundIn(data))
+        do {
+            while let frame = try reader.next() {
+                if machine.heardFrame(now: .now()) {
+                    pingTimer?.cancel()
+                    pingTimer = nil
+                }
+                try received(frame, context: context)
+                guard self.context != nil, context.channel.isActive else { return }
             }
-        default:
-            break
+        } catch {
+            breakConnection(error, context: context)
         }
     }
 
-    private func received(_ headers: HTTP2Frame.FramePayload.Headers, on streamID: HTTP2StreamID) {
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flushNow()
+        context.fireChannelReadComplete()
+    }
+
+    private func received(_ frame: HTTP2ReadFrame, context: ChannelHandlerContext) throws(HTTP2ConnectionError) {
+        if let continuing, frame.type != .continuation || frame.streamID != continuing.stream {
+            throw .protocolError("a header block of stream \(continuing.stream) interrupted")
+        }
+        guard let type = frame.type else { return }  // unknown types are ignored (RFC 9113 §4.1)
+        switch type {
+        case .data: try receivedData(frame, context: context)
+        case .headers:
+            try requireStream(frame)
+            let endStream = frame.flags.contains(.endStream)
+            try receivedHeaderFragment(try frame.unpadded(), of: frame.streamID, endStream: endStream,
+                                       ends: frame.flags.contains(.endHeaders))
+        case .continuation:
+            guard let continuing else { throw .protocolError("CONTINUATION without HEADERS") }
+            self.continuing = nil
+            var block = continuing.block
+            var fragment = frame.payload
+            block.writeBuffer(&fragment)
+            try receivedHeaderFragment(block, of: continuing.stream, endStream: continuing.endStream,
+                                       ends: frame.flags.contains(.endHeaders))
+        case .rstStream:
+            try requireStream(frame)
+            guard frame.payload.readableBytes == 4 else { throw .frameSizeError("RST_STREAM of \(frame.payload.readableBytes) bytes") }
+            let code = HTTP2ErrorCode(networkCode: Int(frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt32.self)!))
+            fail(frame.streamID, ExchangeError.streamReset(code), resetting: false)
+        case .settings: try receivedSettings(frame)
+        case .ping:
+            guard frame.streamID == .rootStream else { throw .protocolError("PING on stream \(frame.streamID)") }
+            guard frame.payload.readableBytes == 8 else { throw .frameSizeError("PING of \(frame.payload.readableBytes) bytes") }
+            if !frame.flags.contains(.ack) {
+                output.writePing(frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt64.self)!, acknowledging: true)
+            }
+        case .goAway:
+            guard frame.streamID == .rootStream else { throw .protocolError("GOAWAY on stream \(frame.streamID)") }
+            guard frame.payload.readableBytes >= 8 else { throw .frameSizeError("GOAWAY of \(frame.payload.readableBytes) bytes") }
+            let last = frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt32.self)! & 0x7FFF_FFFF
+            receivedGoAway(lastStreamID: HTTP2StreamID(Int32(last)), context: context)
+        case .windowUpdate: try receivedWindowUpdate(frame)
+        case .pushPromise: throw .protocolError("PUSH_PROMISE, though push is disabled")
+        case .priority: break
+        }
+    }
+
+    /// Connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2).
+    private static let connectionFields: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"]
+
+    /// What makes an answer's header block malformed (RFC 9113 §8.2, §8.3.2), or nil: names in
+    /// lower case without connection-specific fields, values without NUL, CR or LF, and the
+    /// pseudo-header `:status` first and alone, in the headers and not in trailers.
+    static func malformation(of headers: HPACKHeaders, trailers: Bool) -> String? {
+        var index = 0
+        var statusSeen = false
+        for (name, value, _) in headers {
+            defer { index += 1 }
+            if name.hasPrefix(":") {
+                guard name == ":status", !trailers, index == 0 else { return "the pseudo-header \(name) where none may be" }
+                statusSeen = true
+            } else if name.utf8.contains(where: { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }) {
+                return "an upper-case field name"
+            } else if connectionFields.contains(name) || (name == "te" && value != "trailers") {
+                return "the connection-specific field \(name)"
+            }
+            if value.utf8.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) { return "a field value with NUL, CR or LF" }
+        }
+        return trailers || statusSeen ? nil : "no :status"
+    }
+
+    /// HEADERS, RST_STREAM and DATA belong to a stream the relay opened (push is disabled).
+    private func requireStream(_ frame: HTTP2ReadFrame) throws(HTTP2ConnectionError) {
+        guard frame.streamID != .rootStream, Int32(frame.streamID) % 2 == 1, frame.streamID <= highestOpened else {
+            throw .protocolError("\(frame.type.map { "\($0)" } ?? "a frame") on stream \(frame.streamID), which the relay did not open")
+        }
+    }
+
+    private func receivedHeaderFragment(_ block: ByteBuffer, of streamID: HTTP2StreamID, endStream: Bool,
+                                        ends: Bool) throws(HTTP2ConnectionError) {
+        guard ends else {
+            guard block.readableBytes <= 1 << 17 else { throw .init(code: .enhanceYourCalm, reason: "a header block past 128 KiB") }
+            continuing = (streamID, endStream, block)
+            return
+        }
+        var block = block
+        let headers: HPACKHeaders
+        do {
+            // Every block is decoded, a stream's that ended too: the table is the connection's.
+            headers = try decoder.decodeHeaders(from: &block)
+        } catch {
+            throw .init(code: .compressionError, reason: "a header block HPACK cannot decode (\(error))")
+        }
+        received(headers, endStream: endStream, on: streamID)
+    }
+
+    private func received(_ headers: HPACKHeaders, endStream: Bool, on streamID: HTTP2StreamID) {
         guard let stream = machine[streamID] else { return }
+        if let malformed = Self.malformation(of: headers, trailers: stream.status != nil) {
+            fail(streamID, ExchangeError.malformedResponse(malformed), resetWith: .protocolError)
+            return
+        }
         if stream.status == nil {
-            guard let status = headers.headers.first(name: ":status").flatMap({ Int($0) }) else {
-                fail(streamID, ExchangeError.malformedResponse("no :status"))
+            guard let status = headers.first(name: ":status").flatMap({ Int($0) }) else {
+                fail(streamID, ExchangeError.malformedResponse("a :status that is not a number"), resetWith: .protocolError)
                 return
             }
             // An informational answer (100 Continue) precedes the real one.
-            let retryAfter = stream.isGRPC ? nil : headers.headers.first(name: "retry-after")
+            let retryAfter = stream.isGRPC ? nil : headers.first(name: "retry-after")
             guard stream.receivedStatus(status, retryAfter: retryAfter) else { return }
         }
         // gRPC's status comes in the trailers, or with the headers of a trailers-only answer.
-        if stream.isGRPC, let grpcStatus = headers.headers.first(name: "grpc-status") {
-            stream.receivedGRPCStatus(GRPCStatusFields(status: grpcStatus, message: headers.headers.first(name: "grpc-message"),
-                                                       detailsBase64: headers.headers.first(name: "grpc-status-details-bin")))
+        if stream.isGRPC, let grpcStatus = headers.first(name: "grpc-status") {
+            stream.receivedGRPCStatus(GRPCStatusFields(status: grpcStatus, message: headers.first(name: "grpc-message"),
+                                                       detailsBase64: headers.first(name: "grpc-status-details-bin")))
         }
-        if headers.endStream { answer(streamID) }
+        if endStream { answer(streamID) }
     }
 
-    private func received(_ data: HTTP2Frame.FramePayload.Data, on streamID: HTTP2StreamID, context: ChannelHandlerContext) {
-        guard case .byteBuffer(var bytes) = data.data else { return }
-        if let increment = machine.consumed(bytes: bytes.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0)) {
-            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))),
-                          promise: nil)
-            scheduleFlush(on: context)
+    private func receivedData(_ frame: HTTP2ReadFrame, context: ChannelHandlerContext) throws(HTTP2ConnectionError) {
+        try requireStream(frame)
+        // The whole frame counts against the window, padding included, for a stream that ended too.
+        if let increment = machine.consumed(bytes: frame.payload.readableBytes) {
+            output.writeWindowUpdate(increment, stream: .rootStream)
         }
-        guard let stream = machine[streamID] else { return }
+        var bytes = try frame.unpadded()
+        guard let stream = machine[frame.streamID] else { return }
         do {
             try stream.receivedBody(&bytes)
         } catch {
-            fail(streamID, error)
-            reset(streamID, context: context)
+            fail(frame.streamID, error)
             return
         }
-        if data.endStream { answer(streamID) }
+        if frame.flags.contains(.endStream) { answer(frame.streamID) }
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let closed = event as? StreamClosedEvent, machine[closed.streamID] != nil {
-            fail(closed.streamID, machine.closedStreamError(reason: closed.reason))
+    private func receivedSettings(_ frame: HTTP2ReadFrame) throws(HTTP2ConnectionError) {
+        guard frame.streamID == .rootStream else { throw .protocolError("SETTINGS on stream \(frame.streamID)") }
+        if frame.flags.contains(.ack) {
+            guard frame.payload.readableBytes == 0 else { throw .frameSizeError("SETTINGS acknowledgement with a payload") }
+            return
         }
-        context.fireUserInboundEventTriggered(event)
+        guard frame.payload.readableBytes % 6 == 0 else { throw .frameSizeError("SETTINGS of \(frame.payload.readableBytes) bytes") }
+        var payload = frame.payload
+        while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
+            switch identifier {
+            case 0x3:  // MAX_CONCURRENT_STREAMS: also the pool's, which opens connections from it
+                streamLimit = Int(value)
+                state.announceStreamLimit(Int(value))
+            case 0x4:  // INITIAL_WINDOW_SIZE: applies to the streams under way too (§6.9.2)
+                guard value <= Int32.max else { throw .init(code: .flowControlError, reason: "an initial window of \(value)") }
+                let change = Int(value) - streamWindow
+                streamWindow = Int(value)
+                for streamID in machine.streamIDs { machine[streamID]?.sendWindow += change }
+            case 0x5:  // MAX_FRAME_SIZE
+                guard (1 << 14)...((1 << 24) - 1) ~= value else { throw .protocolError("a maximum frame size of \(value)") }
+                maximumFrameSize = Int(value)
+            default:
+                break  // the header table (the relay never indexes), push, header list size, unknown
+            }
+        }
+        output.writeSettingsAcknowledgement()
+        resumeBodies()
+        openWaitingStreams()
+    }
+
+    private func receivedWindowUpdate(_ frame: HTTP2ReadFrame) throws(HTTP2ConnectionError) {
+        guard frame.payload.readableBytes == 4 else { throw .frameSizeError("WINDOW_UPDATE of \(frame.payload.readableBytes) bytes") }
+        let increment = Int(frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt32.self)! & 0x7FFF_FFFF)
+        if frame.streamID == .rootStream {
+            guard increment > 0 else { throw .protocolError("a connection window update of 0") }
+            connectionWindow += increment
+            guard connectionWindow <= Int(Int32.max) else { throw .init(code: .flowControlError, reason: "a connection window past 2^31-1") }
+        } else {
+            guard let stream = machine[frame.streamID] else { return }
+            guard increment > 0, stream.sendWindow + increment <= Int(Int32.max) else {
+                fail(frame.streamID, ExchangeError.malformedResponse("a window update of \(increment) on its stream"))
+                return
+            }
+            stream.sendWindow += increment
+        }
+        resumeBodies()
+    }
+
+    private func receivedGoAway(lastStreamID: HTTP2StreamID, context: ChannelHandlerContext) {
+        let (refused, _) = machine.receivedGoAway(lastStreamID: lastStreamID)
+        publishUsability()
+        for stream in refused {
+            if stream.isOpen { openStreams -= 1 }
+            stream.completion?.resume(throwing: ExchangeError.refusedByGoAway)
+        }
+        // No stream opens after a GOAWAY (RFC 9113 §6.8): those waiting for the limit are refused too.
+        while let streamID = waitingToOpen.popFirst() { fail(streamID, ExchangeError.refusedByGoAway) }
+        if machine.shouldCloseNow { close(context) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if let streamError = error as? NIOHTTP2Errors.StreamError {
-            fail(streamError.streamID, streamError.baseError)
-            return
-        }
         machine.failed(error)
         publishUsability()
         context.close(promise: nil)
@@ -230,22 +423,44 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
         let (error, unanswered) = machine.closed()
         publishUsability()
         cancelTimers()
-        for stream in unanswered { stream.completion?.resume(throwing: error) }
+        for stream in unanswered { stream.completion?.resume(throwing: stream.isOpen ? error : ExchangeError.notSent) }
         context.fireChannelInactive()
+    }
+
+    /// The server broke the protocol: GOAWAY with the reason's code, and the connection closes;
+    /// its streams fail with the reason.
+    private func breakConnection(_ error: HTTP2ConnectionError, context: ChannelHandlerContext) {
+        machine.failed(ExchangeError.malformedResponse("HTTP/2 \(error.code): \(error.reason)"))
+        publishUsability()
+        output.writeGoAway(lastStream: .rootStream, code: error.code)
+        flushNow()
+        close(context)
     }
 
     /// Completes a stream with its answer.
     private func answer(_ streamID: HTTP2StreamID) {
         guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
+        ended(stream)
         stream.completion?.resume(with: Result { try stream.response() })
         if closeConnection, let context { close(context) }
     }
 
-    /// Completes a stream with why it has no answer; a stream already completed stays so.
-    private func fail(_ streamID: HTTP2StreamID, _ error: any Error) {
+    /// Completes a stream with why it has no answer; a stream already completed stays so. An
+    /// open stream the server did not end is reset, so that it stops working on it.
+    private func fail(_ streamID: HTTP2StreamID, _ error: any Error, resetting: Bool = true,
+                      resetWith code: HTTP2ErrorCode = .cancel) {
         guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
+        if resetting, stream.isOpen { reset(streamID, code: code) }
+        ended(stream)
         stream.completion?.resume(throwing: error)
         if closeConnection, let context { close(context) }
+    }
+
+    private func ended(_ stream: Exchange) {
+        stream.unsentBody = nil
+        guard stream.isOpen else { return }
+        openStreams -= 1
+        openWaitingStreams()
     }
 
     /// The pool starts no request on a connection the machine stopped taking them.
@@ -254,12 +469,13 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
     }
 
     private func close(_ context: ChannelHandlerContext) {
+        flushNow()
         if context.channel.isActive { context.close(promise: nil) }
     }
 
-    private func reset(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
-        scheduleFlush(on: context)
+    private func reset(_ streamID: HTTP2StreamID, code: HTTP2ErrorCode = .cancel) {
+        output.writeResetStream(streamID, code: code)
+        if let context { scheduleFlush(on: context) }
     }
 
     // MARK: Timers
@@ -269,9 +485,9 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             deadlineTimer = nil
             let (expired, next) = machine.expireDeadlines(now: .now())
             for (streamID, stream) in expired {
-                // Failed before the reset, whose stream-closed event would name a reset instead.
+                if stream.isOpen { reset(streamID) }
+                ended(stream)
                 stream.completion?.resume(throwing: ExchangeError.timedOut(machine.requestTimeout))
-                if let context { reset(streamID, context: context) }
             }
             if machine.shouldCloseNow, let context { close(context) }
             if let next { armDeadlineTimer(at: next, on: eventLoop) }
@@ -285,7 +501,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             switch machine.checkLiveness(now: .now()) {
             case .close:
                 publishUsability()
-                context.close(promise: nil)
+                close(context)
             case .checkAgain(let next, let ping):
                 if let ping { send(ping, context: context) }
                 armLivenessTimer(at: next, on: eventLoop)
@@ -301,7 +517,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
             publishUsability()
             self.context?.close(promise: nil)
         }
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(ping, ack: false))), promise: nil)
+        output.writePing(ping.integer, acknowledging: false)
         scheduleFlush(on: context)
     }
 

@@ -47,6 +47,9 @@ struct HTTP2StreamsStateMachine<Stream> {
 
     subscript(streamID: HTTP2StreamID) -> Stream? { streams[streamID] }
 
+    /// The streams under way, in no particular order.
+    var streamIDs: Dictionary<HTTP2StreamID, Stream>.Keys { streams.keys }
+
     // MARK: Streams
 
     enum StartAction {
@@ -79,12 +82,6 @@ struct HTTP2StreamsStateMachine<Stream> {
         return (stream, shouldCloseNow)
     }
 
-    /// Why a stream `NIOHTTP2Handler` closed failed: one the server's GOAWAY left unprocessed
-    /// was refused (safe to send again); any other was reset.
-    func closedStreamError(reason: HTTP2ErrorCode?) -> ExchangeError {
-        isGoingAway && reason == .cancel ? .refusedByGoAway : .streamReset(reason ?? .noError)
-    }
-
     // MARK: The connection
 
     /// Any frame shows the path alive. True when it answers a PING awaited: its timer goes.
@@ -94,11 +91,14 @@ struct HTTP2StreamsStateMachine<Stream> {
         return isPingAwaited
     }
 
-    /// GOAWAY: no new stream; the streams below its last one are answered before the server
-    /// closes. True when none is left, so the connection closes now.
-    mutating func receivedGoAway() -> Bool {
+    /// GOAWAY: no new stream. The streams above its last one were never processed: they leave,
+    /// to fail as refused (safe to send again); those below are answered before the server
+    /// closes. `closeNow` when none is left.
+    mutating func receivedGoAway(lastStreamID: HTTP2StreamID) -> (refused: [Stream], closeNow: Bool) {
         stopAcceptingStreams()
-        return shouldCloseNow
+        let refusedIDs = streams.keys.filter { $0 > lastStreamID }.sorted()
+        let refused = refusedIDs.map { streams.removeValue(forKey: $0)! }
+        return (refused, shouldCloseNow)
     }
 
     /// The connection failed; it closes, and its streams fail with the first error.

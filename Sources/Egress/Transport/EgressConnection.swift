@@ -67,6 +67,11 @@ final class Exchange: @unchecked Sendable {
     var completion: Completion?
     var isCancelled = false
     var streamID: HTTP2StreamID?
+    /// HTTP/2: whether its HEADERS went out (a stream beyond the server's limit waits), the
+    /// window the server allows it for DATA, and the body not yet sent.
+    var isOpen = false
+    var sendWindow = 0
+    var unsentBody: ByteBuffer?
     private(set) var status: Int?
     private(set) var retryAfter: String?
     private(set) var grpc: GRPCStatusFields?
