@@ -1,6 +1,7 @@
 import FleetModel
 import Metrics
 import OrderedCollections
+import Synchronization
 
 /// Vehicle tokens, reused until `exp − refreshMargin` and then replaced.
 ///
@@ -20,7 +21,7 @@ import OrderedCollections
 ///   token service issuing 5-minute tokens with the default 300 s margin still has each
 ///   token used for minutes rather than minted again on every request (warned once).
 /// - Bounded: beyond `capacity` entries the least recently used are evicted.
-public actor TokenCache {
+public final class TokenCache: Sendable {
     private enum Entry {
         case ready(StoredToken)
         /// A caller is minting; the slot's waiters get its token.
@@ -55,6 +56,32 @@ public actor TokenCache {
         var failures = 0
     }
 
+    /// Everything the cache knows, behind one lock. A lookup is one short critical section on
+    /// the caller's thread: the relay's requests take their tokens without leaving their event
+    /// loop. Signing, resuming waiters and warning happen outside it.
+    private struct State {
+        /// Slots stored densely beside a compact hash table of their positions (a `Dictionary`
+        /// would keep every slot in its buckets, most of them empty); their order means nothing.
+        var slots: OrderedDictionary<VehicleIdentity, Slot> = [:]
+        /// What the token stored last shares, for the next token of the same signer to share.
+        var sharedPart: SharedTokenPart?
+        var uses: UInt64 = 0
+        var refreshesOrdered: UInt64 = 0
+        var refresherRunning = false
+        var warnedAboutShortLifetime = false
+    }
+
+    /// What a lookup found for a caller to do.
+    private enum Lookup {
+        case hit(StoredToken, refresh: RefreshOrder?)
+        case fail(any Error)
+        /// Another caller's mint, or the running refresh, is under way: wait for it.
+        case wait
+        /// The slot is this caller's to mint (marked `minting` in the same critical section);
+        /// callers of slots evicted to make room look again.
+        case mint(evicted: [WaitingCallers<VehicleToken>])
+    }
+
     /// The longest wait before minting again after failures.
     public static let maximumBackoffSeconds: Int64 = 30
 
@@ -66,15 +93,7 @@ public actor TokenCache {
     private let capacity: Int
     private let clock: EpochClock
     private let warn: @Sendable (String) -> Void
-    private var warnedAboutShortLifetime = false
-    /// Slots stored densely beside a compact hash table of their positions (a `Dictionary` would
-    /// keep every slot in its buckets, most of them empty); their order means nothing.
-    private var slots: OrderedDictionary<VehicleIdentity, Slot> = [:]
-    /// What the token stored last shares, for the next token of the same signer to share.
-    private var sharedPart: SharedTokenPart?
-    private var uses: UInt64 = 0
-    private var refreshesOrdered: UInt64 = 0
-    private var refresherRunning = false
+    private let state = Mutex(State())
     private let refreshOrders: AsyncStream<RefreshOrder>
     private let orderRefresh: AsyncStream<RefreshOrder>.Continuation
 
@@ -109,19 +128,21 @@ public actor TokenCache {
     }
 
     public var signerName: String { signer.name }
-    public var count: Int { slots.count }
+    public var count: Int { state.withLock { $0.slots.count } }
     /// Background replacements ordered or running (a walk over every token: for tests and tools).
-    public var refreshesUnderWay: Int { slots.values.reduce(0) { $0 + ($1.refresh == nil ? 0 : 1) } }
+    public var refreshesUnderWay: Int { state.withLock { $0.slots.values.reduce(0) { $0 + ($1.refresh == nil ? 0 : 1) } } }
     /// Callers waiting for another caller's mint or for a refresh (a walk over every token).
-    public var callersWaiting: Int { slots.values.reduce(0) { $0 + $1.waiters.count } }
+    public var callersWaiting: Int { state.withLock { $0.slots.values.reduce(0) { $0 + $1.waiters.count } } }
 
     /// Replaces tokens in the background until cancelled, once per cache. Its owner runs it as a
     /// child task (the relay and the replay do); without it, and after it ended, a token is
     /// replaced once it stops being handed out, by the request that needs it.
     public func runRefreshes() async {
-        guard !refresherRunning else { return }
-        refresherRunning = true
-        defer { refresherRunning = false }
+        guard state.withLock({ state in
+            defer { state.refresherRunning = true }
+            return !state.refresherRunning
+        }) else { return }
+        defer { state.withLock { $0.refresherRunning = false } }
         await withDiscardingTaskGroup { refreshes in
             for await order in refreshOrders {
                 refreshes.addTask { await self.refresh(order) }
@@ -133,16 +154,16 @@ public actor TokenCache {
     /// backing off after a failed mint.
     public func token(for vehicle: VehicleIdentity) async throws -> String {
         let key = cacheKey(vehicle)
-        uses += 1
         while true {
-            slots[key]?.lastUsed = uses
             let now = clock()
-            switch slots[key]?.entry {
-            case .ready(let token) where now < token.expiresAt - slots[key]!.marginSeconds:
+            switch state.withLock({ look(key, now: now, in: &$0) }) {
+            case .hit(let token, let refresh):
                 hitsCounted.increment()
-                if now >= slots[key]!.refreshAt { orderRefreshIfNone(key) }
+                if let refresh { orderRefresh.yield(refresh) }
                 return token.text
-            case .minting:
+            case .fail(let error):
+                throw error
+            case .wait:
                 switch await nextToken(of: key) {
                 case .value(let token):
                     hitsCounted.increment()
@@ -150,18 +171,44 @@ public actor TokenCache {
                 case .failure(let error): throw error
                 case .lookAgain: continue
                 }
-            case .failed(let error, let retryAt) where now < retryAt:
-                throw error
-            case .ready where Self.isRunning(slots[key]!.refresh):
-                // No longer handed out, and its replacement is under way: wait for that one.
-                if case .value(let token) = await nextToken(of: key) {
-                    hitsCounted.increment()
-                    return token.token
-                }
-            default:
+            case .mint(let evicted):
+                for var waiters in evicted { waiters.resumeAll(.lookAgain) }
                 return try await mint(key).token
             }
         }
+    }
+
+    /// One lookup, under the lock: what the caller does next. A slot this caller is to mint is
+    /// marked `minting` here, so that the callers after it wait for this one mint.
+    private func look(_ key: VehicleIdentity, now: Int64, in state: inout State) -> Lookup {
+        state.uses += 1
+        // One hash lookup per request: the slot is read and changed through its position.
+        guard let index = state.slots.index(forKey: key) else { return beginMint(key, in: &state) }
+        state.slots.values[index].lastUsed = state.uses
+        let slot = state.slots.values[index]
+        switch slot.entry {
+        case .ready(let token) where now < token.expiresAt - slot.marginSeconds:
+            guard now >= slot.refreshAt, slot.refresh == nil else { return .hit(token, refresh: nil) }
+            state.refreshesOrdered += 1
+            state.slots.values[index].refresh = .ordered(state.refreshesOrdered)
+            return .hit(token, refresh: RefreshOrder(key: key, number: state.refreshesOrdered))
+        case .minting:
+            return .wait
+        case .failed(let error, let retryAt) where now < retryAt:
+            return .fail(error)
+        case .ready where Self.isRunning(slot.refresh):
+            // No longer handed out, and its replacement is under way: wait for that one.
+            return .wait
+        default:
+            return beginMint(key, in: &state)
+        }
+    }
+
+    /// Marks the slot `minting` for the caller that looked.
+    private func beginMint(_ key: VehicleIdentity, in state: inout State) -> Lookup {
+        let (failures, waiters) = (state.slots[key]?.failures ?? 0, state.slots[key]?.waiters ?? WaitingCallers())
+        state.slots[key] = Slot(entry: .minting, lastUsed: state.uses, waiters: waiters, failures: failures)
+        return .mint(evicted: evictIfFull(&state))
     }
 
     /// Drops a vehicle's token after Fleet Engine refused it, so the next request mints anew;
@@ -169,46 +216,64 @@ public actor TokenCache {
     /// old token must not each throw away the new one).
     public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
-        if case .ready(let token) = slots[key]?.entry, token.text == refused { removeSlot(key) }
+        var waiters = state.withLock { state -> WaitingCallers<VehicleToken> in
+            guard case .ready(let token) = state.slots[key]?.entry, token.text == refused else { return WaitingCallers() }
+            return Self.removeSlot(key, from: &state)
+        }
+        waiters.resumeAll(.lookAgain)
     }
 
     private func cacheKey(_ vehicle: VehicleIdentity) -> VehicleIdentity {
         wildcard ? VehicleIdentity(kind: vehicle.kind, id: FleetEngineClaims.wildcard) : vehicle
     }
 
+    /// Waits for the mint or refresh under way. It may have ended between the lookup and this
+    /// wait: then the caller looks again rather than waiting for nothing.
     private func nextToken(of key: VehicleIdentity) async -> WaitingCallers<VehicleToken>.Outcome {
         await withCheckedContinuation { continuation in
-            if slots[key] != nil {
-                slots[key]!.waiters.append(continuation)
-            } else {
-                continuation.resume(returning: .lookAgain)
+            let waiting = state.withLock { state -> Bool in
+                guard let slot = state.slots[key] else { return false }
+                switch slot.entry {
+                case .minting: break
+                case .ready where Self.isRunning(slot.refresh): break
+                default: return false
+                }
+                state.slots[key]!.waiters.append(continuation)
+                return true
             }
+            if !waiting { continuation.resume(returning: .lookAgain) }
         }
     }
 
-    /// Mints in the caller's task; callers arriving meanwhile wait for its outcome.
+    /// Mints in the caller's task for a slot `look` marked `minting`; callers arriving
+    /// meanwhile wait for its outcome.
     private func mint(_ key: VehicleIdentity) async throws -> VehicleToken {
-        let (failures, waiters) = (slots[key]?.failures ?? 0, slots[key]?.waiters ?? WaitingCallers())
-        slots[key] = Slot(entry: .minting, lastUsed: uses, waiters: waiters, failures: failures)
         mintsCounted.increment()
-        evictIfFull()
         do {
             let token = try await Self.signOffTheCallersExecutor(signer, key)
-            setReady(key, token)
-            slots[key]?.waiters.resumeAll(.value(token))
+            var (waiters, warning) = state.withLock { state in
+                let warning = setReady(key, token, in: &state)
+                return (Self.takeWaiters(key, from: &state), warning)
+            }
+            if let warning { warn(warning) }
+            waiters.resumeAll(.value(token))
             return token
         } catch {
             if Task.isCancelled {
                 // This caller was cancelled (a revoke, a shutdown): nothing learnt about the signer.
-                removeSlot(key)
+                var waiters = state.withLock { Self.removeSlot(key, from: &$0) }
+                waiters.resumeAll(.lookAgain)
                 throw error
             }
             countError(error)
-            if slots[key] != nil {
-                slots[key]!.failures += 1
-                slots[key]!.entry = .failed(error, retryAt: clock() + Self.backoffSeconds(failures: slots[key]!.failures))
-                slots[key]!.waiters.resumeAll(.failure(error))
+            let now = clock()
+            var waiters = state.withLock { state -> WaitingCallers<VehicleToken> in
+                guard state.slots[key] != nil else { return WaitingCallers() }
+                state.slots[key]!.failures += 1
+                state.slots[key]!.entry = .failed(error, retryAt: now + Self.backoffSeconds(failures: state.slots[key]!.failures))
+                return Self.takeWaiters(key, from: &state)
             }
+            waiters.resumeAll(.failure(error))
             throw error
         }
     }
@@ -231,18 +296,15 @@ public actor TokenCache {
         if case .running = refresh { true } else { false }
     }
 
-    private func orderRefreshIfNone(_ key: VehicleIdentity) {
-        guard slots[key]?.refresh == nil else { return }
-        refreshesOrdered += 1
-        slots[key]!.refresh = .ordered(refreshesOrdered)
-        orderRefresh.yield(RefreshOrder(key: key, number: refreshesOrdered))
-    }
-
     /// One background replacement, in the refresher's task; the current token stays in use meanwhile.
     private func refresh(_ order: RefreshOrder) async {
         let key = order.key
-        guard slots[key]?.refresh == .ordered(order.number) else { return }  // its token is gone
-        slots[key]!.refresh = .running(order.number)
+        let begun = state.withLock { state -> Bool in
+            guard state.slots[key]?.refresh == .ordered(order.number) else { return false }  // its token is gone
+            state.slots[key]!.refresh = .running(order.number)
+            return true
+        }
+        guard begun else { return }
         mintsCounted.increment()
         let result: Result<VehicleToken, any Error>
         do {
@@ -250,53 +312,70 @@ public actor TokenCache {
         } catch {
             result = .failure(error)
         }
-        guard slots[key]?.refresh == .running(order.number) else { return }  // invalidated or evicted meanwhile
-        slots[key]!.refresh = nil
+        let cancelled = Task.isCancelled
+        if case .failure(let error) = result, !cancelled { countError(error) }
+        let now = clock()
+        let ended = state.withLock { state -> (WaitingCallers<VehicleToken>, String?)? in
+            guard state.slots[key]?.refresh == .running(order.number) else { return nil }  // invalidated or evicted meanwhile
+            state.slots[key]!.refresh = nil
+            switch result {
+            case .success(let token):
+                let warning = setReady(key, token, in: &state)
+                return (Self.takeWaiters(key, from: &state), warning)
+            case .failure:
+                if !cancelled {
+                    state.slots[key]!.failures += 1
+                    state.slots[key]!.refreshAt = now + Self.backoffSeconds(failures: state.slots[key]!.failures)
+                }
+                return (Self.takeWaiters(key, from: &state), nil)
+            }
+        }
+        guard var (waiters, warning) = ended else { return }
+        if let warning { warn(warning) }
         switch result {
-        case .success(let token):
-            setReady(key, token)
-            slots[key]!.waiters.resumeAll(.value(token))
-        case .failure(let error):
-            // Callers waiting for it mint themselves; the next refresh waits out the backoff.
-            slots[key]!.waiters.resumeAll(.lookAgain)
-            guard !Task.isCancelled else { return }
-            countError(error)
-            slots[key]!.failures += 1
-            slots[key]!.refreshAt = clock() + Self.backoffSeconds(failures: slots[key]!.failures)
+        case .success(let token): waiters.resumeAll(.value(token))
+        case .failure: waiters.resumeAll(.lookAgain)  // they mint themselves; the next refresh waits out the backoff
         }
     }
 
-    private func setReady(_ key: VehicleIdentity, _ token: VehicleToken) {
-        guard slots[key] != nil else { return }
-        let margin = margin(forLifetime: token.expiresAt - clock())
-        let stored = StoredToken(token, sharing: sharedPart)
-        sharedPart = stored.shared ?? sharedPart
-        slots[key]!.entry = .ready(stored)
-        slots[key]!.failures = 0
-        slots[key]!.marginSeconds = margin
+    /// Stores a minted token as ready; returns the warning to give when tokens live too short
+    /// for the margin (the first time only).
+    private func setReady(_ key: VehicleIdentity, _ token: VehicleToken, in state: inout State) -> String? {
+        guard state.slots[key] != nil else { return nil }
+        let (margin, warning) = margin(forLifetime: token.expiresAt - clock(), in: &state)
+        let stored = StoredToken(token, sharing: state.sharedPart)
+        state.sharedPart = stored.shared ?? state.sharedPart
+        state.slots[key]!.entry = .ready(stored)
+        state.slots[key]!.failures = 0
+        state.slots[key]!.marginSeconds = margin
         // At least a second before the token stops being handed out (`exp − margin`): a refresh
         // point on that boundary would never be reached by a request that still gets the token.
-        slots[key]!.refreshAt = token.expiresAt - margin - Int64.random(in: 1...max(1, margin))
+        state.slots[key]!.refreshAt = token.expiresAt - margin - Int64.random(in: 1...max(1, margin))
+        return warning
     }
 
-    /// Forgets a slot; callers waiting on it look again.
-    private func removeSlot(_ key: VehicleIdentity) {
-        guard let index = slots.index(forKey: key) else { return }
+    private static func takeWaiters(_ key: VehicleIdentity, from state: inout State) -> WaitingCallers<VehicleToken> {
+        guard state.slots[key] != nil else { return WaitingCallers() }
+        defer { state.slots[key]!.waiters = WaitingCallers() }
+        return state.slots[key]!.waiters
+    }
+
+    /// Forgets a slot; returns its waiters, to look again.
+    private static func removeSlot(_ key: VehicleIdentity, from state: inout State) -> WaitingCallers<VehicleToken> {
+        guard let index = state.slots.index(forKey: key) else { return WaitingCallers() }
         // The last slot takes its place: removing from the middle would move every slot after it.
-        slots.swapAt(index, slots.count - 1)
-        var removed = slots.removeLast().value
-        removed.waiters.resumeAll(.lookAgain)
+        state.slots.swapAt(index, state.slots.count - 1)
+        return state.slots.removeLast().value.waiters
     }
 
-    /// The configured margin, or a third of the token's lifetime when that is shorter.
-    private func margin(forLifetime lifetime: Int64) -> Int64 {
-        guard lifetime < 3 * refreshMarginSeconds else { return refreshMarginSeconds }
+    /// The configured margin, or a third of the token's lifetime when that is shorter (and the
+    /// warning about it, the first time).
+    private func margin(forLifetime lifetime: Int64, in state: inout State) -> (Int64, String?) {
+        guard lifetime < 3 * refreshMarginSeconds else { return (refreshMarginSeconds, nil) }
         let scaled = max(1, lifetime / 3)
-        if !warnedAboutShortLifetime {
-            warnedAboutShortLifetime = true
-            warn("Tokens from the \(signer.name) signer live \(lifetime) s, less than three times --token-refresh-margin (\(refreshMarginSeconds) s): each is replaced \(scaled) s before it expires instead")
-        }
-        return scaled
+        guard !state.warnedAboutShortLifetime else { return (scaled, nil) }
+        state.warnedAboutShortLifetime = true
+        return (scaled, "Tokens from the \(signer.name) signer live \(lifetime) s, less than three times --token-refresh-margin (\(refreshMarginSeconds) s): each is replaced \(scaled) s before it expires instead")
     }
 
     private func countError(_ error: any Error) {
@@ -304,11 +383,11 @@ public actor TokenCache {
     }
 
     /// Evicts the least recently used tokens (and remembered failures), in batches of 1 % so that the
-    /// sort is paid once per many inserts.
-    private func evictIfFull() {
-        guard slots.count > capacity + capacity / 100 else { return }
-        let evictable = slots.filter { if case .minting = $0.value.entry { false } else { true } }
+    /// sort is paid once per many inserts. Returns the waiters of the slots evicted, to look again.
+    private func evictIfFull(_ state: inout State) -> [WaitingCallers<VehicleToken>] {
+        guard state.slots.count > capacity + capacity / 100 else { return [] }
+        let evictable = state.slots.filter { if case .minting = $0.value.entry { false } else { true } }
             .sorted { $0.value.lastUsed < $1.value.lastUsed }
-        for (key, _) in evictable.prefix(slots.count - capacity) { removeSlot(key) }
+        return evictable.prefix(state.slots.count - capacity).map { Self.removeSlot($0.key, from: &state) }
     }
 }

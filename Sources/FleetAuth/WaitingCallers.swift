@@ -1,5 +1,5 @@
 /// Callers waiting for a value that another caller is producing in its own task: single
-/// flight without a task that outlives its callers. An actor keeps one per value being
+/// flight without a task that outlives its callers. Its owner (an actor, or a lock) keeps one per value being
 /// produced and resumes every waiter once the producer is done.
 public struct WaitingCallers<Value: Sendable>: Sendable {
     public enum Outcome: Sendable {

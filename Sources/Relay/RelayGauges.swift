@@ -71,6 +71,6 @@ final class RelayGauges: Sendable {
             for (partition, age) in ages { series[partition]?.oldestUnfinished.record(age.inSeconds) }
         }
         pausedPartitions.record(consumer.pausedPartitionCount)
-        tokenCacheSize.record(await tokens.count)
+        tokenCacheSize.record(tokens.count)
     }
 }

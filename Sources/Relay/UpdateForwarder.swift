@@ -143,7 +143,7 @@ public struct UpdateForwarder: Sendable {
                     return delivery
                 }
                 reauthenticated = true
-                await tokens.invalidate(update.vehicle, refused: token)
+                tokens.invalidate(update.vehicle, refused: token)
                 statistics.recordRetry(cause: .refusedToken(refusal))
                 guard let fresh = await self.token(for: update.vehicle, &delivery) else { return delivery }
                 guard !Task.isCancelled, stillOwned() else { return delivery }

@@ -131,14 +131,14 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         }
         _ = try await cache.token(for: VehicleIdentity(kind: .deliveryVehicle, id: "a"))
         #expect(signer.mints.load(ordering: .relaxed) == 3)
-        #expect(await cache.count == 3)
+        #expect(cache.count == 3)
     }
 
     @Test func invalidationForcesANewMint() async throws {
         let (_, signer, cache) = countingCache()
         let vehicle = VehicleIdentity(kind: .vehicle, id: "v")
         let first = try await cache.token(for: vehicle)
-        await cache.invalidate(vehicle, refused: first)
+        cache.invalidate(vehicle, refused: first)
         #expect(try await cache.token(for: vehicle) != first)
         #expect(signer.mints.load(ordering: .relaxed) == 2)
     }
@@ -150,9 +150,9 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         let signer = CountingSigner(clock: clock.epochClock)
         let cache = TokenCache(signer: signer, wildcard: true, clock: clock.epochClock)
         let old = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "a"))
-        await cache.invalidate(VehicleIdentity(kind: .vehicle, id: "a"), refused: old)
+        cache.invalidate(VehicleIdentity(kind: .vehicle, id: "a"), refused: old)
         let new = try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "b"))
-        for id in ["b", "c", "d"] { await cache.invalidate(VehicleIdentity(kind: .vehicle, id: id), refused: old) }
+        for id in ["b", "c", "d"] { cache.invalidate(VehicleIdentity(kind: .vehicle, id: id), refused: old) }
         #expect(try await cache.token(for: VehicleIdentity(kind: .vehicle, id: "e")) == new)
         #expect(signer.mints.load(ordering: .relaxed) == 2)
     }
@@ -262,7 +262,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
                 return try await group.reduce(into: Set<String>()) { $0.insert($1) }
             }
         }
-        try await eventually { await cache.callersWaiting == 10 }
+        try await eventually { cache.callersWaiting == 10 }
         signer.hanging.store(false, ordering: .relaxed)
         first.cancel()
         await #expect(throws: CancellationError.self) { try await first.value }
@@ -292,7 +292,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         clock.now.add(3600 - 450, ordering: .relaxed)  // halfway through the refresh window
         try await withRefresher(cache) {
             for vehicle in vehicles { _ = try await cache.token(for: vehicle) }
-            try await eventually { await cache.refreshesUnderWay == 0 }  // refreshes count as mints once begun
+            try await eventually { cache.refreshesUnderWay == 0 }  // refreshes count as mints once begun
         }
         let refreshed = signer.mints.load(ordering: .relaxed) - 100
         #expect(refreshed > 0 && refreshed < 100, "\(refreshed) of 100 refreshed halfway through the window")
@@ -304,7 +304,7 @@ func withRefresher<T: Sendable>(_ cache: TokenCache, _ body: () async throws -> 
         for id in ["a", "b", "c"] { try await use(id) }
         try await use("a")  // a is now the most recently used
         try await use("d")  // over capacity: b, the least recently used, goes
-        #expect(await cache.count == 3)
+        #expect(cache.count == 3)
         #expect(signer.mints.load(ordering: .relaxed) == 4)
         try await use("a")
         try await use("c")
