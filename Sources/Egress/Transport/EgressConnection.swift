@@ -35,7 +35,7 @@ final class EgressConnection<Handler: ExchangeHandler>: Sendable {
     func execute(_ request: EgressRequest) async throws -> EgressResponse {
         let exchange = Exchange(request)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { completion in
+            try await withUnsafeThrowingContinuation { completion in
                 if channel.eventLoop.inEventLoop {
                     handler.value.start(exchange, completion: completion)
                 } else {
@@ -55,7 +55,8 @@ final class EgressConnection<Handler: ExchangeHandler>: Sendable {
 /// One request and what has come back of its answer so far. Created by the caller's
 /// task, then touched only on the connection's event loop.
 final class Exchange: @unchecked Sendable {
-    typealias Completion = CheckedContinuation<EgressResponse, any Error>
+    /// Resumed once: the streams' state machine ends each stream once (tested).
+    typealias Completion = UnsafeContinuation<EgressResponse, any Error>
 
     /// Answers are small JSON; a larger one is refused rather than buffered.
     static let maximumBodyBytes = 1 << 20

@@ -6,8 +6,10 @@ import Kafka
 /// event released, rings the timer and wakes a waiting revoke; the rest of the actions
 /// (dead letters, pause changes, counts) go back to the caller.
 final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
-    /// A request worker or a letter writer, waiting for its next piece of work.
-    typealias Worker = CheckedContinuation<PipelineWork?, Never>
+    /// A request worker or a letter writer, waiting for its next piece of work. The state
+    /// hands each waiting worker out once, so the checked continuation's per-wait canary
+    /// (an allocation per request) buys nothing.
+    typealias Worker = UnsafeContinuation<PipelineWork?, Never>
 
     typealias Actions = PipelineActions<Worker>
 
@@ -112,7 +114,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// Suspends until a request is ready for this worker; nil when no more will come.
     func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
-        let work = await withCheckedContinuation { worker in
+        let work = await withUnsafeContinuation { worker in
             apply(handle { $0.requestWork(worker, now: .now) })
         }
         guard case .request(let request)? = work else { return nil }
@@ -121,7 +123,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// Suspends until a letter is ready for this writer; nil when no more will come.
     func nextLetter(whenReady apply: (Actions) -> Void) async -> DeadLetterOrder? {
-        let work = await withCheckedContinuation { writer in
+        let work = await withUnsafeContinuation { writer in
             apply(handle { $0.requestLetter(writer, now: .now) })
         }
         guard case .letter(let letter)? = work else { return nil }

@@ -8,7 +8,7 @@ import Metrics
 /// orders. Whoever feeds it records (a consumer group member, a replay's window reader) hands
 /// them to `consume` and connects the pauses and commits the state machine orders.
 public final class PipelineDriver: Sendable {
-    public typealias Actions = PipelineActions<CheckedContinuation<PipelineWork?, Never>>
+    public typealias Actions = PipelineActions<UnsafeContinuation<PipelineWork?, Never>>
 
     let pipeline: Pipeline
     let forwarder: UpdateForwarder
@@ -114,7 +114,7 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Reads the state, for figures and progress.
-    public func read<Value>(_ body: (PipelineState<CheckedContinuation<PipelineWork?, Never>>) -> Value) -> Value {
+    public func read<Value>(_ body: (PipelineState<UnsafeContinuation<PipelineWork?, Never>>) -> Value) -> Value {
         pipeline.read(body)
     }
 
