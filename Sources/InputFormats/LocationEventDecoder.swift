@@ -65,14 +65,15 @@ public struct LocationEventDecoder: Sendable {
         guard value.count <= Self.maximumValueBytes else {
             throw Rejection(reason: .tooLarge, detail: "The value is \(value.count) bytes; the limit is \(Self.maximumValueBytes).")
         }
-        let document: JSONValue
+        let document: JSONParser.TopLevel
         do {
-            document = try JSONParser.parse(value)
+            document = try JSONParser.parseTopLevel(value)
         } catch {
             throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
         }
         guard case .object(let fields) = document else {
-            throw Rejection(reason: .notObject, detail: "The value is a JSON \(document.typeName), not an object.")
+            guard case .other(let other) = document else { preconditionFailure() }
+            throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.")
         }
         let event = EventFields(fields)
         let vehicleId = try event.requiredString("vehicle_id")
@@ -98,14 +99,19 @@ public struct LocationEventDecoder: Sendable {
 
 }
 
-/// Typed access to an event's fields; `null` counts as absent.
+/// Typed access to an event's fields; `null` counts as absent. An event has a dozen fields at
+/// most: they are searched in order, the last of a repeated name counting, without hashing.
 private struct EventFields {
-    let fields: [String: JSONValue]
+    let members: [(key: String, value: JSONValue)]
 
-    init(_ fields: [String: JSONValue]) { self.fields = fields }
+    init(_ members: [(key: String, value: JSONValue)]) { self.members = members }
+
+    private subscript(name: String) -> JSONValue? {
+        members.last { $0.key == name }?.value
+    }
 
     func required(_ name: String) throws(Rejection) -> JSONValue {
-        guard let value = fields[name], value != .null else {
+        guard let value = self[name], value != .null else {
             throw Rejection(reason: .missingField, detail: "Required field \(name) is missing.")
         }
         return value
@@ -124,13 +130,13 @@ private struct EventFields {
     }
 
     func optionalNumber(_ name: String) throws(Rejection) -> Double? {
-        guard let value = fields[name], value != .null else { return nil }
+        guard let value = self[name], value != .null else { return nil }
         guard case .number(let number) = value else { throw wrongType(name, "a number", value) }
         return number
     }
 
     func optionalString(_ name: String) throws(Rejection) -> String? {
-        guard let value = fields[name], value != .null else { return nil }
+        guard let value = self[name], value != .null else { return nil }
         guard case .string(let text) = value else { throw wrongType(name, "a string", value) }
         return text
     }

@@ -23,6 +23,30 @@ public struct JSONParser {
         }
     }
 
+    /// A document whose top level is an object, as its members in order (duplicates kept: the
+    /// last one counts, as in `JSONValue.object`), or any other value as it is. For records
+    /// read field by field: no dictionary is built or hashed.
+    public enum TopLevel {
+        case object([(key: String, value: JSONValue)])
+        case other(JSONValue)
+    }
+
+    public static func parseTopLevel(_ bytes: [UInt8]) throws(JSONParseError) -> TopLevel {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> TopLevel in
+            var parser = JSONParser(buffer: buffer)
+            parser.skipWhitespace()
+            guard parser.position < buffer.count, buffer[parser.position] == UInt8(ascii: "{") else {
+                return .other(try parser.parseDocument())
+            }
+            var members: [(key: String, value: JSONValue)] = []
+            members.reserveCapacity(12)
+            try parser.parseMembers { members.append(($0, $1)) }
+            parser.skipWhitespace()
+            if parser.position != buffer.count { throw parser.error("unexpected data after the JSON value") }
+            return .object(members)
+        }
+    }
+
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
         try parse(Array(text.utf8))
     }
@@ -87,11 +111,17 @@ public struct JSONParser {
     }
 
     private mutating func parseObject() throws(JSONParseError) -> JSONValue {
-        try enterContainer()
-        defer { depth -= 1 }
-        if consume(UInt8(ascii: "}")) { return .object([:]) }
         // Room for an event's fields at once: growing from empty rehashes three times.
         var members = [String: JSONValue](minimumCapacity: 12)
+        try parseMembers { members[$0] = $1 }
+        return .object(members)
+    }
+
+    /// An object's members, each handed to `take` in order.
+    private mutating func parseMembers(_ take: (String, JSONValue) -> Void) throws(JSONParseError) {
+        try enterContainer()
+        defer { depth -= 1 }
+        if consume(UInt8(ascii: "}")) { return }
         while true {
             guard position < buffer.count, buffer[position] == UInt8(ascii: "\"") else {
                 throw error("expected a string key")
@@ -100,9 +130,9 @@ public struct JSONParser {
             skipWhitespace()
             guard consume(UInt8(ascii: ":")) else { throw error("expected ':'") }
             skipWhitespace()
-            members[key] = try parseValue()
+            take(key, try parseValue())
             skipWhitespace()
-            if consume(UInt8(ascii: "}")) { return .object(members) }
+            if consume(UInt8(ascii: "}")) { return }
             guard consume(UInt8(ascii: ",")) else { throw error("expected ',' or '}'") }
             skipWhitespace()
         }

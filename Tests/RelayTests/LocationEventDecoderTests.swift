@@ -64,6 +64,16 @@ import Testing
         #expect(try decoder.decode(key: samples[6].key, value: samples[6].value).get().vehicle.id == "Fahrzeug-ü")
     }
 
+    /// A field named twice counts with its last value (RFC 8259 leaves it open; parsed into a
+    /// dictionary, as the mapping does, the last one wins too).
+    @Test func aRepeatedFieldCountsWithItsLastValue() throws {
+        let value = Array(#"{"vehicle_id":"veh-1","lat":91,"lng":2,"lat":1.5,"recorded_at":1795381200000}"#.utf8)
+        let update = try decoder.decode(key: nil, value: value).get()
+        #expect(update.fix.latitude == 1.5)
+        let array = decoder.decode(key: nil, value: Array("[1]".utf8))
+        #expect(array.failureReason == .notObject)
+    }
+
     @Test func defaultKindComesFromConfiguration() throws {
         let delivery = LocationEventDecoder(defaultKind: .deliveryVehicle, nowMilliseconds: { 1_795_381_260_000 })
         let sample = try Fixtures.good[0]
@@ -80,5 +90,11 @@ import Testing
             return
         }
         #expect(rejection.reason == .futureTimestamp)
+    }
+}
+
+extension Result where Failure == Rejection {
+    var failureReason: RejectionReason? {
+        if case .failure(let rejection) = self { rejection.reason } else { nil }
     }
 }
