@@ -11,8 +11,6 @@ import Synchronization
 /// decode, is dead-lettered with its own reason.
 public final class FramedRecordDecoder: RecordDecoder {
     public let mapping: InputMapping
-    /// Each record's schema comes from the registry.
-    public var needsPreparation: Bool { true }
     private let defaultKind: VehicleKind
     private let source: any SchemaSource
     private let nowMilliseconds: @Sendable () -> Int64

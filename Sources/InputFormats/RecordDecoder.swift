@@ -47,15 +47,9 @@ public protocol RecordDecoder: Sendable {
                  unavailable: (SchemaRegistryUnavailable) -> Void) async throws
 
     func decode(_ record: InputRecord) -> DecodeOutcome
-
-    /// Whether `prepare` may have something to fetch: false for decoders that read each record
-    /// from its bytes alone (JSON), whose records can be decoded where they are read.
-    var needsPreparation: Bool { get }
 }
 
 extension RecordDecoder {
-    public var needsPreparation: Bool { false }
-
     /// Decoders that need nothing from elsewhere are always prepared.
     public func prepare(_ records: [InputRecord], maximumAttempts: Int?,
                         unavailable: (SchemaRegistryUnavailable) -> Void) async throws {}

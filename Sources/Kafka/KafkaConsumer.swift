@@ -46,8 +46,6 @@ public final class KafkaConsumer: Service, Sendable {
     private let topics: [String]
     /// Why subscribing failed, for `run()` to throw once the poll thread ended.
     private let subscriptionFailure = Mutex<KafkaError?>(nil)
-    /// Where chunks go on the poll thread instead of `records`, when set.
-    private let directIntake = Mutex<(@Sendable ([KafkaRecord]) -> Void)?>(nil)
     private let context: ConsumerContext
     private let pollThread: PollThread
     private let logger: Logger
@@ -207,36 +205,10 @@ public final class KafkaConsumer: Service, Sendable {
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
-            if !chunk.isEmpty, !deliverDirectly(chunk) {
+            if !chunk.isEmpty {
                 let mark = context.demand.demandMark
                 if context.source.yield(chunk) == .stopProducing { context.demand.readerIsBehind(since: mark) }
             }
-        }
-    }
-
-    /// Hands each chunk polled to `intake` on the poll thread itself, from the first poll on,
-    /// instead of through `records`: the reader takes records in without a hop to another
-    /// thread. Set before `run()`; `records` then only ends when the consumer leaves. Fetching
-    /// is still paused through `setPaused`; `intake` must not block.
-    public func handChunksDirectly(to intake: @escaping @Sendable ([KafkaRecord]) -> Void) {
-        directIntake.withLock { $0 = intake }
-    }
-
-    /// No more chunks go to the direct intake; returns once a chunk it is taking has been
-    /// taken. Chunks polled afterwards stay unread (uncommitted) until the consumer leaves.
-    public func stopDirectDelivery() {
-        directIntake.withLock { intake in
-            if intake != nil { intake = { _ in } }
-        }
-    }
-
-    /// Whether a direct intake took the chunk. The lock is held while it takes the chunk, so
-    /// that `stopDirectDelivery` returns only after it.
-    private func deliverDirectly(_ chunk: [KafkaRecord]) -> Bool {
-        directIntake.withLock { intake in
-            guard let intake else { return false }
-            intake(chunk)
-            return true
         }
     }
 

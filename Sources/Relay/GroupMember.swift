@@ -7,11 +7,6 @@ extension KafkaConsumer: RecordFeed {
         for await chunk in records { try await take(chunk) }
     }
 
-    public func deliverDirectly(to take: @escaping @Sendable ([KafkaRecord]) -> Void) -> Bool {
-        handChunksDirectly(to: take)
-        return true
-    }
-
     public func applyPauseWish(_ wish: Set<TopicPartition>, sequence: UInt64) {
         setPaused(wish, sequence: sequence)
     }

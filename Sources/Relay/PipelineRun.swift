@@ -18,20 +18,12 @@ public protocol RecordFeed: Sendable {
     func applyPauseWish(_ wish: Set<TopicPartition>, sequence: UInt64)
     /// Ends `run`. A group member leaves its group, and its revoke commits what finished.
     func close() async
-    /// Asked before `run`: hands each chunk to `take` on the thread that reads it, as it is
-    /// read, instead of through `read`. False when the feed cannot. `read` then only waits for
-    /// the input's end.
-    func deliverDirectly(to take: @escaping @Sendable ([KafkaRecord]) -> Void) -> Bool
-    /// No more chunks go to `take` once this returned.
-    func stopDirectDelivery()
 }
 
 extension RecordFeed {
     /// A feed with nothing to run beside the reading (a replay's window reader).
     public func run() async throws {}
     public func close() async {}
-    public func deliverDirectly(to take: @escaping @Sendable ([KafkaRecord]) -> Void) -> Bool { false }
-    public func stopDirectDelivery() {}
 }
 
 /// Where a pipeline run's commit orders go: the group's committed offsets, or a replay's
@@ -106,12 +98,11 @@ public final class PipelineRun: Sendable {
             commits.submit(order) { failure in driver.commitAnswered(order, failure: failure) }
         }
         driver.applyPauses(through: feed.applyPauseWish)
-        let direct = decoding.decodesAtOnce && feed.deliverDirectly(to: takeAtOnce)
         var outcome: Result<Ending, any Error> = .success(.inputEnded)
         try await withThrowingDiscardingTaskGroup { clients in
             clients.addTask { try await feed.run() }
             clients.addTask { await commits.run() }
-            outcome = await process(feed, direct: direct)
+            outcome = await process(feed)
             // What remains to commit goes through the feed's own leaving (a group member's
             // revoke), or into the checkpoint saved after the run.
             driver.issueCommits(through: nil)
@@ -132,7 +123,7 @@ public final class PipelineRun: Sendable {
         case cancelled
     }
 
-    private func process(_ feed: some RecordFeed, direct: Bool) async -> Result<Ending, any Error> {
+    private func process(_ feed: some RecordFeed) async -> Result<Ending, any Error> {
         await withDiscardingTaskGroup { background in
             background.addTask { await self.driver.runDeadlines() }
             if let tokens { background.addTask { await tokens.runRefreshes() } }
@@ -146,8 +137,6 @@ public final class PipelineRun: Sendable {
                     return .processed
                 }
                 let read = await readUntilStopped(feed)
-                // Nothing more is taken in once reading stopped: intake closes next.
-                if direct { feed.stopDirectDelivery() }
                 currentPhase.store(.finishing, ordering: .relaxed)
                 if case .success(true) = read, await finishInput(&work) { return .success(.inputEnded) }
                 if case .failure = read {  // the error itself is reported where it is thrown to
@@ -159,13 +148,6 @@ public final class PipelineRun: Sendable {
                 return read.map { _ in .stopped(abandoned: abandoned) }
             }
         }
-    }
-
-    /// A chunk a feed delivers directly, on its reading thread (the consumer's poll thread):
-    /// decoded and taken in there, in one step per poll, without a hop to another thread.
-    @Sendable private func takeAtOnce(_ chunk: [KafkaRecord]) {
-        health.recordRecordsConsumed()
-        driver.consume(decoding.decodeAtOnce(chunk))
     }
 
     /// Reads until the input ends (true) or graceful shutdown or cancellation stops the reading

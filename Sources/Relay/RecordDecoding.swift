@@ -35,21 +35,7 @@ public struct RecordDecoding: Sendable {
     public func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         let inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        return decode(chunk, inputs)
-    }
-
-    /// Whether records decode from their bytes alone, without waiting (JSON formats): then
-    /// `decodeAtOnce` decodes them where they were read.
-    public var decodesAtOnce: Bool { !decoder.needsPreparation }
-
-    /// Decodes records of a decoder that needs no preparation (`decodesAtOnce`).
-    public func decodeAtOnce(_ chunk: [KafkaRecord]) -> [ConsumedRecord] {
-        precondition(decodesAtOnce, "records waiting for a schema cannot be decoded at once")
-        return decode(chunk, chunk.map(InputRecord.init))
-    }
-
-    private func decode(_ chunk: [KafkaRecord], _ inputs: [InputRecord]) -> [ConsumedRecord] {
-        zip(chunk, inputs).map { record, input -> ConsumedRecord in
+        return zip(chunk, inputs).map { record, input -> ConsumedRecord in
             let source = RecordSource(record)
             if let timeWindow, !timeWindow.contains(record.timestampMilliseconds) {
                 counts.outsideWindow.add(1, ordering: .relaxed)
