@@ -2,10 +2,51 @@ import NIOCore
 import NIOHTTP2
 import NIOSSL
 
-/// One TLS connection speaking HTTP/2; requests are streams on it.
-typealias HTTP2Connection = EgressConnection<HTTP2StreamsHandler>
+/// One TLS connection speaking HTTP/2, in a pool: requests are streams on it. They hop onto
+/// its event loop (unless the caller runs there), and cancelling the caller's task cancels the
+/// request there.
+final class HTTP2Connection: Sendable {
+    private let channel: any Channel
+    private let handler: NIOLoopBound<HTTP2StreamsHandler>
+    private let state: ConnectionState
 
-extension EgressConnection where Handler == HTTP2StreamsHandler {
+    /// Called on the channel's event loop, where the handler lives.
+    init(channel: any Channel, handler: HTTP2StreamsHandler, state: ConnectionState) {
+        self.channel = channel
+        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+        self.state = state
+    }
+
+    /// False once no new request may start on it (closed, GOAWAY, stream IDs used up, silent, idle).
+    var isUsable: Bool { state.isUsable }
+
+    /// The server's stream limit as last announced; nil before its first SETTINGS.
+    var streamLimit: Int? { state.streamLimit }
+
+    /// Whether the caller runs on this connection's event loop.
+    var isLocal: Bool { channel.eventLoop.inEventLoop }
+
+    func execute(_ request: EgressRequest) async throws -> EgressResponse {
+        let exchange = Exchange(request)
+        return try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { completion in
+                if channel.eventLoop.inEventLoop {
+                    handler.value.start(exchange, completion: completion)
+                } else {
+                    channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+                }
+            }
+        } onCancel: { [channel, handler] in
+            channel.eventLoop.execute { handler.value.cancel(exchange) }
+        }
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+}
+
+extension HTTP2Connection {
     /// TCP, proxy tunnel and TLS, then HTTP/2 when ALPN chose `h2`.
     static func connect(to origin: EgressOrigin, on eventLoop: any EventLoop) -> EventLoopFuture<HTTP2Connection> {
         EgressConnector.connect(to: origin, on: eventLoop) { channel, negotiated in

@@ -128,4 +128,4 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 }
 
-extension EgressConnection: PooledConnection {}
+extension HTTP2Connection: PooledConnection {}

@@ -15,7 +15,7 @@ import NIOHTTP2
 /// answers, and a GOAWAY with the reason when the server breaks the protocol.
 ///
 /// Everything here runs on the connection's event loop.
-final class HTTP2StreamsHandler: ChannelInboundHandler, ExchangeHandler {
+final class HTTP2StreamsHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 

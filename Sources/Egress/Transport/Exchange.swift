@@ -1,57 +1,6 @@
 import NIOCore
 import NIOHTTP2
 
-/// The channel handler at the end of a connection's pipeline, which runs its exchanges.
-/// Both are called on the connection's event loop.
-protocol ExchangeHandler: AnyObject, SendableMetatype {
-    func start(_ exchange: Exchange, completion: Exchange.Completion)
-    /// The caller's task was cancelled: end the exchange now, however far it got.
-    func cancel(_ exchange: Exchange)
-}
-
-/// One connection of a pool: requests hop onto its event loop, and cancelling the caller's
-/// task cancels the request there.
-final class EgressConnection<Handler: ExchangeHandler>: Sendable {
-    private let channel: any Channel
-    private let handler: NIOLoopBound<Handler>
-    private let state: ConnectionState
-
-    /// Called on the channel's event loop, where the handler lives.
-    init(channel: any Channel, handler: Handler, state: ConnectionState) {
-        self.channel = channel
-        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
-        self.state = state
-    }
-
-    /// False once no new request may start on it (closed, GOAWAY, stream IDs used up, silent, idle).
-    var isUsable: Bool { state.isUsable }
-
-    /// HTTP/2: the server's stream limit as last announced; nil before its first SETTINGS.
-    var streamLimit: Int? { state.streamLimit }
-
-    /// Whether the caller runs on this connection's event loop.
-    var isLocal: Bool { channel.eventLoop.inEventLoop }
-
-    func execute(_ request: EgressRequest) async throws -> EgressResponse {
-        let exchange = Exchange(request)
-        return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { completion in
-                if channel.eventLoop.inEventLoop {
-                    handler.value.start(exchange, completion: completion)
-                } else {
-                    channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
-                }
-            }
-        } onCancel: { [channel, handler] in
-            channel.eventLoop.execute { handler.value.cancel(exchange) }
-        }
-    }
-
-    func close() {
-        channel.close(promise: nil)
-    }
-}
-
 /// One request and what has come back of its answer so far. Created by the caller's
 /// task, then touched only on the connection's event loop.
 final class Exchange: @unchecked Sendable {
