@@ -24,8 +24,6 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     static let initialSettings: [(identifier: UInt16, value: UInt32)] = [
         (0x2, 0), (0x4, UInt32(Exchange.maximumBodyBytes)), (0x6, 1 << 16),
     ]
-    /// The windows and frame size the server allows until its SETTINGS say otherwise.
-    private static let defaultWindow = 65_535
 
     private let authority: String
     /// Mirrors for the pool, on other threads, what the state machine decided.
@@ -41,19 +39,8 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     private var block = ByteBuffer()
     private var flushScheduled = false
 
-    // The server's rules for what the relay sends.
-    private var streamLimit = Int.max
-    private var streamWindow = HTTP2StreamsHandler.defaultWindow
-    private var connectionWindow = HTTP2StreamsHandler.defaultWindow
-    private var maximumFrameSize = HTTP2FrameReader.maximumFrameSize
-    /// Streams whose HEADERS went out and that have not ended.
-    private var openStreams = 0
-    /// Streams started beyond the server's limit, in stream order: they open as others end.
-    private var waitingToOpen = CircularBuffer<HTTP2StreamID>()
-    /// Streams with body left to send once the server's windows allow, in stream order.
-    private var waitingForWindow: [HTTP2StreamID] = []
-    /// The highest stream the relay opened: frames on a higher one break the protocol.
-    private var highestOpened = HTTP2StreamID(0)
+    /// The server's rules for what the relay sends: stream limit, windows, frame size.
+    private var flow = HTTP2SendFlow()
 
     private var deadlineTimer: Scheduled<Void>?
     private var livenessTimer: Scheduled<Void>?
@@ -75,7 +62,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         output.writeSettings(Self.initialSettings)
         // The default 64 KiB connection window would let only that many bytes of answers
         // be in flight across all streams before the server waits for an update.
-        output.writeWindowUpdate(HTTP2StreamsStateMachine<Exchange>.connectionWindow - Self.defaultWindow, stream: .rootStream)
+        output.writeWindowUpdate(HTTP2StreamsStateMachine<Exchange>.connectionWindow - HTTP2SendFlow.defaultWindow, stream: .rootStream)
         scheduleFlush(on: context)
         armLivenessTimer(at: machine.firstLivenessCheck, on: context.eventLoop)
     }
@@ -108,24 +95,16 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         publishUsability()
         exchange.completion = completion
         exchange.streamID = streamID
-        if openStreams < streamLimit, waitingToOpen.isEmpty {
-            open(exchange, streamID)
-        } else {
-            waitingToOpen.append(streamID)
-        }
+        if flow.start(streamID) { open(exchange, streamID) }
         scheduleFlush(on: context)
     }
 
     /// Writes the stream's HEADERS and as much of its body as the windows allow.
     private func open(_ exchange: Exchange, _ streamID: HTTP2StreamID) {
-        exchange.isOpen = true
-        exchange.sendWindow = streamWindow
-        openStreams += 1
-        highestOpened = streamID
         let request = exchange.request
         block.clear()
         RequestHeaderBlock.write(request, authority: authority, into: &block)
-        output.writeHeaders(block, stream: streamID, endStream: request.body == nil, maximumFrameSize: maximumFrameSize)
+        output.writeHeaders(block, stream: streamID, endStream: request.body == nil, maximumFrameSize: flow.maximumFrameSize)
         if let body = request.body {
             exchange.unsentBody = body
             sendBody(of: exchange, streamID)
@@ -137,15 +116,12 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     private func sendBody(of exchange: Exchange, _ streamID: HTTP2StreamID) {
         guard var body = exchange.unsentBody else { return }
         while true {
-            let allowed = min(body.readableBytes, connectionWindow, exchange.sendWindow, maximumFrameSize)
+            let allowed = flow.sendable(body.readableBytes, on: streamID)
             guard allowed > 0 || body.readableBytes == 0 else {
-                if !waitingForWindow.contains(streamID) { waitingForWindow.append(streamID) }
                 exchange.unsentBody = body
                 return
             }
             let chunk = body.readSlice(length: allowed)!
-            connectionWindow -= allowed
-            exchange.sendWindow -= allowed
             let last = body.readableBytes == 0
             output.writeData(chunk, stream: streamID, endStream: last)
             if last {
@@ -157,18 +133,14 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     /// The windows grew: streams waiting for them send on, in stream order.
     private func resumeBodies() {
-        let waiting = waitingForWindow
-        waitingForWindow.removeAll()
-        for streamID in waiting {
-            guard let exchange = machine[streamID] else { continue }
-            sendBody(of: exchange, streamID)
+        for streamID in flow.windowsGrew() {
+            if let exchange = machine[streamID] { sendBody(of: exchange, streamID) }
         }
     }
 
-    /// A stream ended: streams waiting beyond the server's limit open in its place.
-    private func openWaitingStreams() {
-        while openStreams < streamLimit, let streamID = waitingToOpen.first {
-            waitingToOpen.removeFirst()
+    /// Streams that waited for the server's limit open.
+    private func open(_ streams: [HTTP2StreamID]) {
+        for streamID in streams {
             if let exchange = machine[streamID] { open(exchange, streamID) }
         }
     }
@@ -290,7 +262,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     /// HEADERS, RST_STREAM and DATA belong to a stream the relay opened (push is disabled).
     private func requireStream(_ frame: HTTP2ReadFrame) throws(HTTP2ConnectionError) {
-        guard frame.streamID != .rootStream, Int32(frame.streamID) % 2 == 1, frame.streamID <= highestOpened else {
+        guard frame.streamID != .rootStream, Int32(frame.streamID) % 2 == 1, frame.streamID <= flow.highestOpened else {
             throw .protocolError("\(frame.type.map { "\($0)" } ?? "a frame") on stream \(frame.streamID), which the relay did not open")
         }
     }
@@ -361,55 +333,44 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         }
         guard frame.payload.readableBytes % 6 == 0 else { throw .frameSizeError("SETTINGS of \(frame.payload.readableBytes) bytes") }
         var payload = frame.payload
+        var (streamLimit, initialWindow, frameSize): (UInt32?, UInt32?, UInt32?) = (nil, nil, nil)
         while let identifier = payload.readInteger(as: UInt16.self), let value = payload.readInteger(as: UInt32.self) {
             switch identifier {
-            case 0x3:  // MAX_CONCURRENT_STREAMS: also the pool's, which opens connections from it
-                streamLimit = Int(value)
-                state.announceStreamLimit(Int(value))
-            case 0x4:  // INITIAL_WINDOW_SIZE: applies to the streams under way too (§6.9.2)
-                guard value <= Int32.max else { throw .init(code: .flowControlError, reason: "an initial window of \(value)") }
-                let change = Int(value) - streamWindow
-                streamWindow = Int(value)
-                for streamID in machine.streamIDs { machine[streamID]?.sendWindow += change }
-            case 0x5:  // MAX_FRAME_SIZE
-                guard (1 << 14)...((1 << 24) - 1) ~= value else { throw .protocolError("a maximum frame size of \(value)") }
-                maximumFrameSize = Int(value)
-            default:
-                break  // the header table (the relay never indexes), push, header list size, unknown
+            case 0x3: streamLimit = value  // MAX_CONCURRENT_STREAMS
+            case 0x4: initialWindow = value  // INITIAL_WINDOW_SIZE
+            case 0x5: frameSize = value  // MAX_FRAME_SIZE
+            default: break  // the header table (the relay never indexes), push, header list size, unknown
             }
         }
+        let opened = try flow.receivedSettings(streamLimit: streamLimit, initialWindow: initialWindow, maximumFrameSize: frameSize)
+        // The pool opens connections from the limit too.
+        if let streamLimit { state.announceStreamLimit(Int(streamLimit)) }
         output.writeSettingsAcknowledgement()
         resumeBodies()
-        openWaitingStreams()
+        open(opened)
     }
 
     private func receivedWindowUpdate(_ frame: HTTP2ReadFrame) throws(HTTP2ConnectionError) {
         guard frame.payload.readableBytes == 4 else { throw .frameSizeError("WINDOW_UPDATE of \(frame.payload.readableBytes) bytes") }
         let increment = Int(frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt32.self)! & 0x7FFF_FFFF)
-        if frame.streamID == .rootStream {
-            guard increment > 0 else { throw .protocolError("a connection window update of 0") }
-            connectionWindow += increment
-            guard connectionWindow <= Int(Int32.max) else { throw .init(code: .flowControlError, reason: "a connection window past 2^31-1") }
-        } else {
-            guard let stream = machine[frame.streamID] else { return }
-            guard increment > 0, stream.sendWindow + increment <= Int(Int32.max) else {
-                fail(frame.streamID, ExchangeError.malformedResponse("a window update of \(increment) on its stream"))
-                return
-            }
-            stream.sendWindow += increment
+        switch try flow.receivedWindowUpdate(increment, on: frame.streamID) {
+        case .grew: resumeBodies()
+        case .ignored: break
+        case .resetStream(let reason):
+            fail(frame.streamID, ExchangeError.malformedResponse(reason), resetWith: .flowControlError)
         }
-        resumeBodies()
     }
 
     private func receivedGoAway(lastStreamID: HTTP2StreamID, context: ChannelHandlerContext) {
+        // No stream opens after a GOAWAY (RFC 9113 §6.8): those waiting for the limit are refused too.
+        let neverOpened = flow.receivedGoAway()
         let (refused, _) = machine.receivedGoAway(lastStreamID: lastStreamID)
         publishUsability()
         for stream in refused {
-            if stream.isOpen { openStreams -= 1 }
+            ended(stream)
             stream.completion?.resume(throwing: ExchangeError.refusedByGoAway)
         }
-        // No stream opens after a GOAWAY (RFC 9113 §6.8): those waiting for the limit are refused too.
-        while let streamID = waitingToOpen.popFirst() { fail(streamID, ExchangeError.refusedByGoAway) }
+        for streamID in neverOpened { fail(streamID, ExchangeError.refusedByGoAway) }
         if machine.shouldCloseNow { close(context) }
     }
 
@@ -423,7 +384,10 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
         let (error, unanswered) = machine.closed()
         publishUsability()
         cancelTimers()
-        for stream in unanswered { stream.completion?.resume(throwing: stream.isOpen ? error : ExchangeError.notSent) }
+        for stream in unanswered {
+            let sent = stream.streamID.map(flow.isOpen) ?? false
+            stream.completion?.resume(throwing: sent ? error : ExchangeError.notSent)
+        }
         context.fireChannelInactive()
     }
 
@@ -450,17 +414,16 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
     private func fail(_ streamID: HTTP2StreamID, _ error: any Error, resetting: Bool = true,
                       resetWith code: HTTP2ErrorCode = .cancel) {
         guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
-        if resetting, stream.isOpen { reset(streamID, code: code) }
+        if resetting, flow.isOpen(streamID) { reset(streamID, code: code) }
         ended(stream)
         stream.completion?.resume(throwing: error)
         if closeConnection, let context { close(context) }
     }
 
+    /// A stream left the state machine: the streams waiting for the limit open in its place.
     private func ended(_ stream: Exchange) {
         stream.unsentBody = nil
-        guard stream.isOpen else { return }
-        openStreams -= 1
-        openWaitingStreams()
+        if let streamID = stream.streamID { open(flow.ended(streamID)) }
     }
 
     /// The pool starts no request on a connection the machine stopped taking them.
@@ -485,7 +448,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
             deadlineTimer = nil
             let (expired, next) = machine.expireDeadlines(now: .now())
             for (streamID, stream) in expired {
-                if stream.isOpen { reset(streamID) }
+                if flow.isOpen(streamID) { reset(streamID) }
                 ended(stream)
                 stream.completion?.resume(throwing: ExchangeError.timedOut(machine.requestTimeout))
             }

@@ -17,10 +17,7 @@ final class Exchange: @unchecked Sendable {
     var completion: Completion?
     var isCancelled = false
     var streamID: HTTP2StreamID?
-    /// HTTP/2: whether its HEADERS went out (a stream beyond the server's limit waits), the
-    /// window the server allows it for DATA, and the body not yet sent.
-    var isOpen = false
-    var sendWindow = 0
+    /// The body not yet sent: the server's windows hold it back.
     var unsentBody: ByteBuffer?
     private(set) var status: Int?
     private(set) var retryAfter: String?
