@@ -154,9 +154,10 @@ struct BenchCommand: AsyncParsableCommand {
             if until >= .drain, from <= .drain {
                 // The baseline drains a backlog of its own vehicles: the emulator would find the
                 // other's fixes already held, and send nothing.
-                let baselineBacklog = try await baselineRelayBinary.asyncMap { _ in
-                    try await runs[0].produceBacklog(topic: "bench-drain-baseline", vehicles: drainVehicles,
-                                                     fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain-baseline-")
+                var baselineBacklog: Scenarios.Backlog?
+                if baselineRelayBinary != nil {
+                    baselineBacklog = try await runs[0].produceBacklog(topic: "bench-drain-baseline", vehicles: drainVehicles,
+                                                                       fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain-baseline-")
                 }
                 for (run, ceiling) in zip(runs, requestCeilings) {
                     if let baselineRelayBinary, let baselineBacklog {
@@ -240,9 +241,3 @@ struct BenchCommand: AsyncParsableCommand {
     }
 }
 
-extension Optional {
-    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let self else { return nil }
-        return try await transform(self)
-    }
-}

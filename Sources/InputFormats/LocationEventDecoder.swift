@@ -71,11 +71,11 @@ public struct LocationEventDecoder: Sendable {
         } catch {
             throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
         }
-        guard case .object(let fields) = document else {
-            guard case .other(let other) = document else { preconditionFailure() }
-            throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.")
+        let event: EventFields
+        switch document {
+        case .object(let fields): event = EventFields(fields)
+        case .other(let other): throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.")
         }
-        let event = EventFields(fields)
         let vehicleId = try event.requiredString("vehicle_id")
         let latitude = try event.requiredNumber("lat")
         let longitude = try event.requiredNumber("lng")

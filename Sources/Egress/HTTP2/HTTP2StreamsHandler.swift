@@ -174,12 +174,13 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         reader.append(unwrapInboundIn(data))
+        // Whatever the server sent shows the path alive: the clock is read once per read, not per frame.
+        if machine.heardFrame(now: .now()) {
+            pingTimer?.cancel()
+            pingTimer = nil
+        }
         do {
             while let frame = try reader.next() {
-                if machine.heardFrame(now: .now()) {
-                    pingTimer?.cancel()
-                    pingTimer = nil
-                }
                 try received(frame, context: context)
                 guard self.context != nil, context.channel.isActive else { return }
             }
@@ -217,7 +218,7 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
             try requireStream(frame)
             guard frame.payload.readableBytes == 4 else { throw .frameSizeError("RST_STREAM of \(frame.payload.readableBytes) bytes") }
             let code = HTTP2ErrorCode(networkCode: Int(frame.payload.getInteger(at: frame.payload.readerIndex, as: UInt32.self)!))
-            fail(frame.streamID, ExchangeError.streamReset(code), resetting: false)
+            fail(frame.streamID, ExchangeError.streamReset(code), resetWith: nil)
         case .settings: try receivedSettings(frame)
         case .ping:
             guard frame.streamID == .rootStream else { throw .protocolError("PING on stream \(frame.streamID)") }
@@ -411,10 +412,10 @@ final class HTTP2StreamsHandler: ChannelInboundHandler {
 
     /// Completes a stream with why it has no answer; a stream already completed stays so. An
     /// open stream the server did not end is reset, so that it stops working on it.
-    private func fail(_ streamID: HTTP2StreamID, _ error: any Error, resetting: Bool = true,
-                      resetWith code: HTTP2ErrorCode = .cancel) {
+    /// `resetWith` nil: the server ended the stream itself (RST_STREAM).
+    private func fail(_ streamID: HTTP2StreamID, _ error: any Error, resetWith code: HTTP2ErrorCode? = .cancel) {
         guard let (stream, closeConnection) = machine.end(streamID, now: .now()) else { return }
-        if resetting, flow.isOpen(streamID) { reset(streamID, code: code) }
+        if let code, flow.isOpen(streamID) { reset(streamID, code: code) }
         ended(stream)
         stream.completion?.resume(throwing: error)
         if closeConnection, let context { close(context) }

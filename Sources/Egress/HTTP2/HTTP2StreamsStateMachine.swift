@@ -47,9 +47,6 @@ struct HTTP2StreamsStateMachine<Stream> {
 
     subscript(streamID: HTTP2StreamID) -> Stream? { streams[streamID] }
 
-    /// The streams under way, in no particular order.
-    var streamIDs: Dictionary<HTTP2StreamID, Stream>.Keys { streams.keys }
-
     // MARK: Streams
 
     enum StartAction {
