@@ -35,10 +35,16 @@ public struct CoalescedRequest: Sendable {
         self.update = update
         self.newest = newest
         self.carried = carried
+        let newestSite = PartitionGeneration(newest.source.topicPartition, newest.source.generation)
+        guard !carried.isEmpty else {  // a steady stream's request: one record, one partition
+            self.sources = [newest.source]
+            self.partitions = [newestSite]
+            return
+        }
         self.sources = [newest.source] + carried.map(\.source)
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set per request.
-        var partitions: [PartitionGeneration] = []
-        for source in sources {
+        var partitions = [newestSite]
+        for source in carried.lazy.map(\.source) {
             let site = PartitionGeneration(source.topicPartition, source.generation)
             if !partitions.contains(site) { partitions.append(site) }
         }
@@ -78,6 +84,7 @@ public enum Coalescer {
         vehicle: VehicleIdentity, fixes: [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
     ) -> Result {
         let floor = newestAcceptedMilliseconds ?? .min
+        if fixes.count == 1 { return single(fixes[0], vehicle: vehicle, floor: floor) }
         // Stable sort: among equal times the later-consumed fix is the newer.
         let ordered = fixes.enumerated().sorted {
             ($0.element.update.fix.recordedAtMilliseconds, $0.offset) < ($1.element.update.fix.recordedAtMilliseconds, $1.offset)
@@ -91,5 +98,12 @@ public enum Coalescer {
                                            pastLocations: past.map(\.update.fix))
         return Result(request: CoalescedRequest(update: update, newest: newest, carried: past), stale: stale,
                       later: Array(fresh.dropFirst(chunk.count)))
+    }
+
+    /// One queued fix, a steady stream's common case: no ordering, no chunks, no arrays to build.
+    private static func single(_ fix: PendingFix, vehicle: VehicleIdentity, floor: Int64) -> Result {
+        guard fix.update.fix.recordedAtMilliseconds > floor else { return Result(request: nil, stale: [fix], later: []) }
+        let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: fix.update.fix)
+        return Result(request: CoalescedRequest(update: update, newest: fix, carried: []), stale: [], later: [])
     }
 }

@@ -42,6 +42,20 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(none.stale.count == 1)
     }
 
+    @Test func aLoneFixIsSentAloneUnlessFleetEngineHoldsOneAsNew() throws {
+        let fix = pendingFix("v", at: 200, offset: 7)
+        let fresh = Coalescer.coalesce(vehicle: vehicle, fixes: [fix], newestAcceptedMilliseconds: 199, pastLimit: 100)
+        let request = try #require(fresh.request)
+        #expect(request.update.lastLocation.recordedAtMilliseconds == 200)
+        #expect(request.update.pastLocations.isEmpty)
+        #expect(request.sources.map(\.offset) == [7])
+        #expect(request.partitions.count == 1)
+        #expect(fresh.stale.isEmpty && fresh.later.isEmpty)
+        let asNew = Coalescer.coalesce(vehicle: vehicle, fixes: [fix], newestAcceptedMilliseconds: 200, pastLimit: 100)
+        #expect(asNew.request == nil)
+        #expect(asNew.stale.map(\.source.offset) == [7])
+    }
+
     @Test func aHistoryLongerThanTheCapGoesOutOldestChunkFirstAndTheRestWaits() throws {
         let fixes = (1...10).reversed().map { pendingFix("v", at: Int64($0), offset: Int64($0)) }
         var waiting = fixes

@@ -100,11 +100,10 @@ struct Pacing {
         var adaptation = Adaptation()
         if charged != delivery.requestsSent { budget?.settle(unused: charged - delivery.requestsSent, now: now) }
         let throttled = delivery.outcome.isThrottle
-        if learned != nil {
-            adaptation.pacing = learned!.attemptEnded(admitted: delivery.requestsAdmitted, throttled: throttled,
-                                                      startedAt: startedAt, now: now)
-            adaptation.learnedRate = reportRate(now: now)
-        }
+        // Optional chaining mutates the learnt rate in place; a test against nil would copy it.
+        adaptation.pacing = learned?.attemptEnded(admitted: delivery.requestsAdmitted, throttled: throttled,
+                                                  startedAt: startedAt, now: now) ?? nil
+        adaptation.learnedRate = reportRate(now: now)
         guard var limit = concurrency else { return adaptation }
         let signal: ConcurrencyLimit.Signal = switch delivery.outcome {
         case .retry(let failure) where failure.isFleetEngine && !failure.isThrottle && mostVehiclesFailing: .overloaded

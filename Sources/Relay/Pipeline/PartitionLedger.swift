@@ -71,15 +71,23 @@ struct PartitionLedger {
     /// Whether work on the record should go on: its partition is assigned under the same
     /// generation and not being revoked.
     func owns(_ source: RecordSource) -> Bool {
-        guard let partition = partitions[source.topicPartition] else { return false }
-        return partition.generation == source.generation && !partition.revoking
+        guard let index = current(source.topicPartition, source.generation) else { return false }
+        return !partitions.values[index].revoking
+    }
+
+    /// Where the partition's books are, when it is held under `generation`. The hot paths go
+    /// through this index: one hash of the partition per call, and no copy of its books.
+    private func current(_ partition: TopicPartition, _ generation: UInt64) -> Dictionary<TopicPartition, PartitionProgress>.Index? {
+        guard let index = partitions.index(forKey: partition), partitions.values[index].generation == generation else { return nil }
+        return index
     }
 
     // MARK: Records and work
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
     mutating func register(_ source: RecordSource, now: ContinuousClock.Instant) -> Bool {
-        guard owns(source), partitions[source.topicPartition]!.register(source.offset, at: now) else { return false }
+        guard let index = current(source.topicPartition, source.generation), !partitions.values[index].revoking,
+              partitions.values[index].register(source.offset, at: now) else { return false }
         unfinishedRecords += 1
         return true
     }
@@ -87,8 +95,8 @@ struct PartitionLedger {
     /// The record finished; false when it is not of a partition's current generation (nothing changes).
     @discardableResult
     mutating func finish(_ source: RecordSource) -> Bool {
-        guard partitions[source.topicPartition]?.generation == source.generation else { return false }
-        if partitions[source.topicPartition]!.finish(source.offset) { unfinishedRecords -= 1 }
+        guard let index = current(source.topicPartition, source.generation) else { return false }
+        if partitions.values[index].finish(source.offset) { unfinishedRecords -= 1 }
         return true
     }
 
@@ -97,9 +105,10 @@ struct PartitionLedger {
     @discardableResult
     mutating func beginWork(on sites: [PartitionGeneration]) -> [Revocation] {
         var revocations: [Revocation] = []
-        for site in sites where partitions[site.topicPartition]?.generation == site.generation {
-            partitions[site.topicPartition]!.workUnderWay += 1
-            revocations.append(partitions[site.topicPartition]!.revocation)
+        for site in sites {
+            guard let index = current(site.topicPartition, site.generation) else { continue }
+            partitions.values[index].workUnderWay += 1
+            revocations.append(partitions.values[index].revocation)
         }
         return revocations
     }
@@ -107,9 +116,10 @@ struct PartitionLedger {
     /// Work on these partitions ended; true when some partition has none left (a revoke waiting may go on).
     mutating func endWork(on sites: [PartitionGeneration]) -> Bool {
         var idle = false
-        for site in sites where partitions[site.topicPartition]?.generation == site.generation {
-            partitions[site.topicPartition]!.workUnderWay -= 1
-            if partitions[site.topicPartition]!.workUnderWay == 0 { idle = true }
+        for site in sites {
+            guard let index = current(site.topicPartition, site.generation) else { continue }
+            partitions.values[index].workUnderWay -= 1
+            if partitions.values[index].workUnderWay == 0 { idle = true }
         }
         return idle
     }
@@ -148,13 +158,14 @@ struct PartitionLedger {
     /// so a vehicle stuck in retries holds back only its own partition. A flip is noted for
     /// the next `pauseChange`.
     mutating func updateShare(_ partition: TopicPartition) {
-        guard let progress = partitions[partition] else { return }
-        let unfinished = progress.unfinished.count
-        if !progress.paused, unfinished >= share {
-            partitions[partition]!.paused = true
+        guard let index = partitions.index(forKey: partition) else { return }
+        let unfinished = partitions.values[index].unfinished.count
+        let paused = partitions.values[index].paused
+        if !paused, unfinished >= share {
+            partitions.values[index].paused = true
             flips[partition] = true
-        } else if progress.paused, unfinished <= share / 2 {
-            partitions[partition]!.paused = false
+        } else if paused, unfinished <= share / 2 {
+            partitions.values[index].paused = false
             flips[partition] = false
         }
     }

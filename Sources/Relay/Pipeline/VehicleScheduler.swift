@@ -162,7 +162,9 @@ struct VehicleScheduler {
 
     /// A request's attempt ended: the vehicle learns what Fleet Engine holds.
     mutating func learn(_ vehicle: VehicleIdentity, newestKnownMilliseconds newest: Int64?) {
-        lanes[vehicle]?.learn(newestKnownMilliseconds: newest)
+        // Through the index: the dictionary's keyed modify costs more than a lookup, once per request.
+        guard let newest, let lane = lanes.index(forKey: vehicle) else { return }
+        lanes.values[lane].learn(newestKnownMilliseconds: newest)
     }
 
     /// An attempt was answered (accepted, stale, rejected): retries are over, the minimum
