@@ -136,7 +136,10 @@ public final class PipelineRun: Sendable {
                     await self.driver.process()
                     return .processed
                 }
-                let read = await readUntilStopped(feed)
+                // Intake runs on the first connection's event loop: the workers it hands requests
+                // to there start without a thread's wakeup, and no pool thread wakes per chunk.
+                let intakeLoop = driver.forwarder.client.connectionExecutors[0]
+                let read = await withTaskExecutorPreference(intakeLoop) { await readUntilStopped(feed) }
                 currentPhase.store(.finishing, ordering: .relaxed)
                 if case .success(true) = read, await finishInput(&work) { return .success(.inputEnded) }
                 if case .failure = read {  // the error itself is reported where it is thrown to
