@@ -3,12 +3,15 @@
 public enum RFC3339 {
     /// Parses a full date-time with a mandatory offset; nil when malformed or out of range.
     public static func parseMilliseconds(_ text: String) -> Int64? {
-        var utf8 = Array(text.utf8)
-        guard utf8.count >= 20 else { return nil }
-        // RFC 3339 permits lower-case 't' and 'z'.
-        for index in utf8.indices where utf8[index] == UInt8(ascii: "t") || utf8[index] == UInt8(ascii: "z") {
-            utf8[index] -= 32
-        }
+        // Every decoded event's time passes here: a native string's bytes are read in place.
+        var text = text
+        return text.withUTF8 { parseMilliseconds(utf8: $0) }
+    }
+
+    private static func parseMilliseconds(utf8 text: UnsafeBufferPointer<UInt8>) -> Int64? {
+        guard text.count >= 20 else { return nil }
+        // RFC 3339 permits lower-case 't' and 'z'; the upper-case forms are read alike.
+        let utf8 = UpperCasedDesignators(text)
         guard let year = digits(utf8, 0, 4), utf8[4] == UInt8(ascii: "-"),
             let month = digits(utf8, 5, 2), utf8[7] == UInt8(ascii: "-"),
             let day = digits(utf8, 8, 2), utf8[10] == UInt8(ascii: "T"),
@@ -108,7 +111,7 @@ public enum RFC3339 {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) ? Int(byte - UInt8(ascii: "0")) : nil
     }
 
-    private static func digits(_ bytes: [UInt8], _ start: Int, _ count: Int) -> Int? {
+    private static func digits(_ bytes: UpperCasedDesignators, _ start: Int, _ count: Int) -> Int? {
         guard start + count <= bytes.count else { return nil }
         var value = 0
         for index in start..<start + count {
@@ -148,5 +151,19 @@ public enum RFC3339 {
         let month = mp < 10 ? mp + 3 : mp - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
         return (Int(year), Int(month), Int(day))
+    }
+}
+
+/// A timestamp's bytes with lower-case `t` and `z` read as `T` and `Z`, without a copy.
+private struct UpperCasedDesignators {
+    let bytes: UnsafeBufferPointer<UInt8>
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    var count: Int { bytes.count }
+
+    subscript(index: Int) -> UInt8 {
+        let byte = bytes[index]
+        return byte == UInt8(ascii: "t") || byte == UInt8(ascii: "z") ? byte - 32 : byte
     }
 }
