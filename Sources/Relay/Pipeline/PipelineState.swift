@@ -187,7 +187,7 @@ public struct PipelineState<Waiter> {
         var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
-            for source in request.sources { finish(source, now: now, &actions) }
+            finish(request.sources, of: request.partitions, now: now, &actions)
         case .rejected(let refusal, let detail):
             for source in request.sources { orderDeadLetter(source, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
@@ -285,6 +285,17 @@ public struct PipelineState<Waiter> {
     mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard ledger.finish(source) else { return }
         updateShare(source.topicPartition)
+        if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
+    }
+
+    /// A request's records finished: each partition's share is checked and the commit scheduled
+    /// once for all of them, not once per record (a backlog's request carries a hundred).
+    private mutating func finish(_ sources: [RecordSource], of partitions: [PartitionGeneration],
+                                 now: ContinuousClock.Instant, _ actions: inout Actions) {
+        var anyFinished = false
+        for source in sources where ledger.finish(source) { anyFinished = true }
+        guard anyFinished else { return }
+        for partition in partitions { updateShare(partition.topicPartition) }
         if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
     }
 
