@@ -286,7 +286,43 @@ public struct JSONParser {
             if !consume(UInt8(ascii: "+")) { _ = consume(UInt8(ascii: "-")) }
             if !consumeDigits() { throw error("invalid number") }
         }
-        return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
+        let token = UnsafeBufferPointer(rebasing: buffer[start..<position])
+        return Self.exactDecimal(token) ?? Self.double(from: token)
+    }
+
+    /// Powers of ten a double holds exactly.
+    private static let exactPowersOfTen: [Double] = (0...22).map { exponent in
+        (0..<exponent).reduce(1.0) { power, _ in power * 10 }
+    }
+
+    /// A plain decimal (`-12.345`: no exponent, at most 15 digits) without strtod: its digits
+    /// as an integer below 2^53 and a power of ten up to 10^22 are both exact doubles, so their
+    /// quotient is the correctly rounded value, the same as strtod's (Clinger's fast path).
+    /// Coordinates and speeds in every event are such numbers. Nil for any other token.
+    private static func exactDecimal(_ token: UnsafeBufferPointer<UInt8>) -> Double? {
+        var index = token.startIndex
+        let negative = token[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
+        var digits: Int64 = 0
+        var digitCount = 0
+        var fractionDigits = 0
+        var inFraction = false
+        while index < token.endIndex {
+            let byte = token[index]
+            if byte == UInt8(ascii: ".") {
+                inFraction = true
+            } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+                digits = digits * 10 + Int64(byte - UInt8(ascii: "0"))
+                digitCount += 1
+                if inFraction { fractionDigits += 1 }
+            } else {
+                return nil  // an exponent
+            }
+            guard digitCount <= 15 else { return nil }
+            index += 1
+        }
+        let value = Double(digits) / exactPowersOfTen[fractionDigits]
+        return negative ? -value : value
     }
 
     private mutating func consumeDigits() -> Bool {

@@ -19,6 +19,35 @@ import Testing
         #expect(try JSONParser.parse("-1e999") == .number(-.infinity))
     }
 
+    /// Plain decimals skip strtod; each must read as the correctly rounded value strtod gives
+    /// (Swift's `Double(String)` is strtod), down to the sign of zero.
+    @Test func plainDecimalsReadExactlyAsStrtodReadsThem() throws {
+        var generator = SystemRandomNumberGenerator()
+        var texts = ["0", "-0", "0.0", "-0.000", "1", "180", "-90", "37.7749295", "-122.4194155", "0.1", "0.3",
+                     "999999999999999", "99999999999999.9", "0.000000000000001", "123456789012345", "1234567890123456",
+                     "9007199254740993", "1.7976931348623157", "4.9406564584124654"]
+        for _ in 0..<20_000 {
+            let integerDigits = Int.random(in: 1...9, using: &generator)
+            let fractionDigits = Int.random(in: 0...12, using: &generator)
+            var text = Bool.random(using: &generator) ? "-" : ""
+            text += String(Int.random(in: 1...9, using: &generator))
+            for _ in 1..<integerDigits { text += String(Int.random(in: 0...9, using: &generator)) }
+            if fractionDigits > 0 {
+                text += "."
+                for _ in 0..<fractionDigits { text += String(Int.random(in: 0...9, using: &generator)) }
+            }
+            texts.append(text)
+        }
+        for text in texts {
+            let parsed = try JSONParser.parse(text)
+            let expected = try #require(Double(text))
+            guard case .number(let value) = parsed, value.bitPattern == expected.bitPattern else {
+                Issue.record("\(text) read as \(parsed), strtod reads \(expected)")
+                return
+            }
+        }
+    }
+
     @Test(arguments: [
         "", "{", "{\"a\" 1}", "[1,]", "01", "1.", "-", "tru", "\"unterminated", "{\"a\":1}x",
         "\"\u{01}\"", "'single'", "{a: 1}", "\"\\x\"", "\"\\ud800\"", "NaN",
