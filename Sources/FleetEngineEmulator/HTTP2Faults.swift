@@ -24,11 +24,15 @@ public struct HTTP2ServerBehaviour: Sendable {
     /// SETTINGS_INITIAL_WINDOW_SIZE announced: a small one makes clients send bodies in pieces,
     /// each waiting for the server's WINDOW_UPDATE (nil: HTTP/2's 65,535).
     public var streamWindow: Int?
+    /// Share (0–1) of requests left unprocessed and answered with a header block no client may
+    /// accept (an upper-case field name): a client that took it for an answer would lose the update.
+    public var malformedAnswerShare: Double
 
     public init(maximumConcurrentStreams: Int = 100, goAwayEveryRequests: Int? = nil, resetShare: Double = 0,
                 streamLimitChange: (afterRequests: Int, limit: Int)? = nil, goAwayBelowEveryRequests: Int? = nil,
-                refuseShare: Double = 0, streamWindow: Int? = nil) {
+                refuseShare: Double = 0, streamWindow: Int? = nil, malformedAnswerShare: Double = 0) {
         self.streamWindow = streamWindow
+        self.malformedAnswerShare = malformedAnswerShare
         self.maximumConcurrentStreams = maximumConcurrentStreams
         self.goAwayEveryRequests = goAwayEveryRequests
         self.resetShare = resetShare
@@ -122,6 +126,12 @@ final class HTTP2ConnectionFaults: HTTP2ConnectionObserver, @unchecked Sendable 
         if behaviour.refuseShare > 0, Double.random(in: 0..<1) < behaviour.refuseShare {
             statistics.count(\.streamsRefused)
             return .refuse
+        }
+        if behaviour.malformedAnswerShare > 0, let id, Double.random(in: 0..<1) < behaviour.malformedAnswerShare {
+            statistics.count(\.malformedAnswers)
+            let beneath = try? connection.pipeline.syncOperations.handler(type: FramesBeneathHTTP2.self)
+            beneath?.writeMalformedAnswer(on: id)
+            return .withhold
         }
         if let every = behaviour.goAwayBelowEveryRequests, (requests + 1) % every == 0, !goingAway, let id, id > highestAnswered {
             goAwayBelow()

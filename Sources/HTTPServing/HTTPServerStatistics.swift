@@ -16,6 +16,8 @@ public final class HTTPServerStatistics: Sendable {
         public var http2Requests = 0
         public var goAwaysSent = 0
         public var streamsReset = 0
+        /// Requests answered, unprocessed, with a malformed header block by the fault plan.
+        public var malformedAnswers = 0
         /// HTTP/2 `authorization` fields sent never-indexed, and sent so that HPACK may index them.
         public var authorizationsNeverIndexed = 0
         public var authorizationsIndexable = 0

@@ -192,4 +192,20 @@ public final class FramesBeneathHTTP2: ChannelOutboundHandler {
         frame.writeInteger(UInt32(0))  // NO_ERROR
         context.writeAndFlush(NIOAny(frame), promise: nil)
     }
+
+    /// An answer whose header block is malformed (RFC 9113 §8.2.1: an upper-case field name),
+    /// ending the stream: `:status` 200 and `Content-Type`, both without touching HPACK's
+    /// dynamic table, so the connection's compression state stays whole.
+    public func writeMalformedAnswer(on streamID: HTTP2StreamID) {
+        guard let context else { return }
+        let (name, value) = (Array("Content-Type".utf8), Array("application/json".utf8))
+        // :status 200 from the static table, then a field not indexed, its name a literal too.
+        let block: [UInt8] = [0x88, 0x00, UInt8(name.count)] + name + [UInt8(value.count)] + value
+        var frame = context.channel.allocator.buffer(capacity: 9 + block.count)
+        frame.writeInteger(UInt32(block.count) << 8 | 0x1)  // type HEADERS
+        frame.writeInteger(UInt8(0x1 | 0x4))  // END_STREAM, END_HEADERS
+        frame.writeInteger(UInt32(Int32(streamID)))
+        frame.writeBytes(block)
+        context.writeAndFlush(NIOAny(frame), promise: nil)
+    }
 }

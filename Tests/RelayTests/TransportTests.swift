@@ -294,6 +294,42 @@ extension TransportTests {
 }
 
 extension TransportTests {
+    /// An answer whose header block breaks HTTP/2's rules (here an upper-case field name) is no
+    /// answer: the relay resets the stream (PROTOCOL_ERROR) and retries the update for its cause
+    /// `connection`, never taking it for an acceptance. The emulator leaves those updates
+    /// unapplied, so a relay that believed the malformed 200 would lose their fixes.
+    @Test(.serialized, arguments: FleetEngineProtocol.allCases)
+    func aMalformedAnswerIsRetriedNeverTakenForAnAcceptance(over wireProtocol: FleetEngineProtocol) async throws {
+        let harness = try await RelayHarness(partitions: 2, http2: .init(malformedAnswerShare: 0.05))
+        let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
+        try await harness.produce(generated.events.map(\.record))
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "malformed",
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
+            "--retry-initial-ms", "200", "--retry-max-ms", "500", "--fleet-engine-protocol", wireProtocol.rawValue,
+        ])
+        try await harness.waitUntilEverythingIsDelivered(generated, group: "malformed")
+        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+
+        let transport = try #require(harness.emulator.transportStatistics)
+        let retriedForConnection = metricValue(metrics, "fleet_relay_retries_total", ["cause": "connection"]) ?? 0
+        #expect(transport.malformedAnswers >= 5, "\(transport)")
+        #expect(retriedForConnection == Double(transport.malformedAnswers), "each malformed answer retried once: \(transport)")
+        #expect(metricSum(metrics, "fleet_relay_fleet_engine_resent_total") == 0, "a malformed answer is not safe to resend at once")
+        #expect(harness.lostEvents(generated.events).isEmpty)
+        #expect(harness.duplicateFixes == 0)
+        #expect(harness.backwardsUpdates == 0)
+        harness.expectServed(over: wireProtocol)
+        await harness.shutdown()
+    }
+}
+
+extension TransportTests {
     /// `--http-version 2` against a server that offers only HTTP/1.1: nothing is sent over a
     /// protocol the operator ruled out, the log says so in one line, and /readyz answers 503
     /// at once, naming it.
