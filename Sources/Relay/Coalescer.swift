@@ -85,12 +85,15 @@ public enum Coalescer {
     ) -> Result {
         let floor = newestAcceptedMilliseconds ?? .min
         if fixes.count == 1 { return single(fixes[0], vehicle: vehicle, floor: floor) }
-        // Stable sort: among equal times the later-consumed fix is the newer.
-        let ordered = fixes.enumerated().sorted {
+        // Stable sort: among equal times the later-consumed fix is the newer. A vehicle's fixes
+        // are nearly always consumed in time order already, and then kept as they are.
+        let ordered = isInTimeOrder(fixes) ? fixes : fixes.enumerated().sorted {
             ($0.element.update.fix.recordedAtMilliseconds, $0.offset) < ($1.element.update.fix.recordedAtMilliseconds, $1.offset)
         }.map(\.element)
-        let stale = ordered.filter { $0.update.fix.recordedAtMilliseconds <= floor }
-        let fresh = ordered.filter { $0.update.fix.recordedAtMilliseconds > floor }
+        // In time order, the stale fixes are the first ones.
+        let firstFresh = ordered.firstIndex { $0.update.fix.recordedAtMilliseconds > floor } ?? ordered.endIndex
+        let stale = Array(ordered[..<firstFresh])
+        let fresh = ordered[firstFresh...]
         let chunk = fresh.prefix(max(0, pastLimit) + 1)
         guard let newest = chunk.last else { return Result(request: nil, stale: stale, later: []) }
         let past = Array(chunk.dropLast())
@@ -98,6 +101,10 @@ public enum Coalescer {
                                            pastLocations: past.map(\.update.fix))
         return Result(request: CoalescedRequest(update: update, newest: newest, carried: past), stale: stale,
                       later: Array(fresh.dropFirst(chunk.count)))
+    }
+
+    private static func isInTimeOrder(_ fixes: [PendingFix]) -> Bool {
+        zip(fixes, fixes.dropFirst()).allSatisfy { $0.update.fix.recordedAtMilliseconds <= $1.update.fix.recordedAtMilliseconds }
     }
 
     /// One queued fix, a steady stream's common case: no ordering, no chunks, no arrays to build.

@@ -42,6 +42,16 @@ func pendingFix(_ vehicle: String, at milliseconds: Int64, partition: Int32 = 0,
         #expect(none.stale.count == 1)
     }
 
+    @Test func fixesAlreadyInTimeOrderKeepItWithTheStaleOnesFirst() throws {
+        let fixes = [pendingFix("v", at: 100, offset: 1), pendingFix("v", at: 200, offset: 2),
+                     pendingFix("v", at: 200, offset: 3), pendingFix("v", at: 300, offset: 4)]
+        let result = Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: 100, pastLimit: 100)
+        let request = try #require(result.request)
+        #expect(result.stale.map(\.source.offset) == [1])
+        #expect(request.newest.source.offset == 4)
+        #expect(request.carried.map(\.source.offset) == [2, 3])
+    }
+
     @Test func aLoneFixIsSentAloneUnlessFleetEngineHoldsOneAsNew() throws {
         let fix = pendingFix("v", at: 200, offset: 7)
         let fresh = Coalescer.coalesce(vehicle: vehicle, fixes: [fix], newestAcceptedMilliseconds: 199, pastLimit: 100)

@@ -1,6 +1,7 @@
 import DequeModule
 import FleetModel
 import HeapModule
+import Kafka
 import OrderedCollections
 
 /// The vehicles the pipeline holds: each vehicle's lane (fixes waiting, request under way,
@@ -143,7 +144,7 @@ struct VehicleScheduler {
             let queued = lanes.values[lane].queued
             lanes.values[lane].queued = []
             let coalesced = Coalescer.coalesce(
-                vehicle: vehicle, fixes: queued.allSatisfy { owns($0.source) } ? queued : queued.filter { owns($0.source) },
+                vehicle: vehicle, fixes: Self.owned(queued, owns: owns),
                 newestAcceptedMilliseconds: lanes.values[lane].newestKnownMilliseconds, pastLimit: pastLocations)
             lanes.values[lane].queued = coalesced.later
             stale += coalesced.stale
@@ -158,6 +159,19 @@ struct VehicleScheduler {
             return (request, stale)
         }
         return (nil, stale)
+    }
+
+    /// The fixes whose records are still owned. Ownership goes by partition and generation, and
+    /// a vehicle's fixes nearly always share both: it is asked once per run of them, not per fix.
+    private static func owned(_ fixes: [PendingFix], owns: (RecordSource) -> Bool) -> [PendingFix] {
+        var asked: (partition: TopicPartition, generation: UInt64, owned: Bool)?
+        func isOwned(_ source: RecordSource) -> Bool {
+            if let asked, asked.generation == source.generation, asked.partition == source.topicPartition { return asked.owned }
+            let owned = owns(source)
+            asked = (source.topicPartition, source.generation, owned)
+            return owned
+        }
+        return fixes.allSatisfy { isOwned($0.source) } ? fixes : fixes.filter { isOwned($0.source) }
     }
 
     /// A request's attempt ended: the vehicle learns what Fleet Engine holds.
