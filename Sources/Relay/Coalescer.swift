@@ -35,16 +35,12 @@ public struct CoalescedRequest: Sendable {
         self.update = update
         self.newest = newest
         self.carried = carried
-        let newestSite = PartitionGeneration(newest.source.topicPartition, newest.source.generation)
-        guard !carried.isEmpty else {  // a steady stream's request: one record, one partition
-            self.sources = [newest.source]
-            self.partitions = [newestSite]
-            return
-        }
-        self.sources = [newest.source] + carried.map(\.source)
+        var sources = [newest.source]
+        sources.append(contentsOf: carried.lazy.map(\.source))
+        self.sources = sources
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set per request.
-        var partitions = [newestSite]
-        for source in carried.lazy.map(\.source) {
+        var partitions: [PartitionGeneration] = []
+        for source in sources {
             let site = PartitionGeneration(source.topicPartition, source.generation)
             if !partitions.contains(site) { partitions.append(site) }
         }
@@ -84,7 +80,6 @@ public enum Coalescer {
         vehicle: VehicleIdentity, fixes: [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
     ) -> Result {
         let floor = newestAcceptedMilliseconds ?? .min
-        if fixes.count == 1 { return single(fixes[0], vehicle: vehicle, floor: floor) }
         // Stable sort: among equal times the later-consumed fix is the newer. A vehicle's fixes
         // are nearly always consumed in time order already, and then kept as they are.
         let ordered = isInTimeOrder(fixes) ? fixes : fixes.enumerated().sorted {
@@ -105,12 +100,5 @@ public enum Coalescer {
 
     private static func isInTimeOrder(_ fixes: [PendingFix]) -> Bool {
         zip(fixes, fixes.dropFirst()).allSatisfy { $0.update.fix.recordedAtMilliseconds <= $1.update.fix.recordedAtMilliseconds }
-    }
-
-    /// One queued fix, a steady stream's common case: no ordering, no chunks, no arrays to build.
-    private static func single(_ fix: PendingFix, vehicle: VehicleIdentity, floor: Int64) -> Result {
-        guard fix.update.fix.recordedAtMilliseconds > floor else { return Result(request: nil, stale: [fix], later: []) }
-        let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: fix.update.fix)
-        return Result(request: CoalescedRequest(update: update, newest: fix, carried: []), stale: [], later: [])
     }
 }

@@ -252,19 +252,8 @@ extension TransportTests {
     func requestsAboveAGoAwayOrRefusedAreSentAgainAtOnceAndCounted(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, http2: .init(goAwayBelowEveryRequests: 40, refuseShare: 0.03))
         let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
-        try await harness.produce(generated.events.map(\.record))
-        let metricsPort = try freeLoopbackPort()
-        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
-            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "unprocessed",
-            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
-            "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
-            "--retry-initial-ms", "10000", "--retry-max-ms", "10000", "--fleet-engine-protocol", wireProtocol.rawValue,
-        ])
-        try await harness.waitUntilEverythingIsDelivered(generated, group: "unprocessed")
-        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
-        relay.process.terminate()
-        let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        let metrics = try await relayEverything(generated, through: harness, group: "unprocessed", over: wireProtocol,
+                                                retryMilliseconds: (initial: 10000, maximum: 10000))
 
         let transport = try #require(harness.emulator.transportStatistics)
         let resent = metricSum(metrics, "fleet_relay_fleet_engine_resent_total")
@@ -294,6 +283,28 @@ extension TransportTests {
 }
 
 extension TransportTests {
+    /// Produces `generated`, runs the relay over `wireProtocol` (one fix per request) until every
+    /// event reached the emulator and its offsets were committed, and stops it, expecting a clean
+    /// exit. Returns its metrics, read before it stopped.
+    func relayEverything(_ generated: GeneratedEvents, through harness: RelayHarness, group: String,
+                         over wireProtocol: FleetEngineProtocol, retryMilliseconds: (initial: Int, maximum: Int)) async throws -> String {
+        try await harness.produce(generated.events.map(\.record))
+        let metricsPort = try freeLoopbackPort()
+        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
+            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", group,
+            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
+            "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
+            "--retry-initial-ms", String(retryMilliseconds.initial), "--retry-max-ms", String(retryMilliseconds.maximum),
+            "--fleet-engine-protocol", wireProtocol.rawValue,
+        ])
+        try await harness.waitUntilEverythingIsDelivered(generated, group: group)
+        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
+        relay.process.terminate()
+        let result = await relay.finish()
+        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        return metrics
+    }
+
     /// An answer whose header block breaks HTTP/2's rules (here an upper-case field name) is no
     /// answer: the relay resets the stream (PROTOCOL_ERROR) and retries the update for its cause
     /// `connection`, never taking it for an acceptance. The emulator leaves those updates
@@ -302,19 +313,8 @@ extension TransportTests {
     func aMalformedAnswerIsRetriedNeverTakenForAnAcceptance(over wireProtocol: FleetEngineProtocol) async throws {
         let harness = try await RelayHarness(partitions: 2, http2: .init(malformedAnswerShare: 0.05))
         let generated = GeneratedEvents(vehicles: 100, fixesPerVehicle: 4)
-        try await harness.produce(generated.events.map(\.record))
-        let metricsPort = try freeLoopbackPort()
-        let relay = try IntegrationTests.CommandLineTests.RunningProcess([
-            "run", "--brokers", harness.cluster.bootstrapServers, "--topic", harness.topic, "--group", "malformed",
-            "--key-file", harness.writeKeyFile(), "--ca-file", harness.caFile, "--kafka-property", "session.timeout.ms=6000",
-            "--fleet-engine-url", harness.emulatorURL, "--metrics-port", String(metricsPort), "--max-past-locations", "0",
-            "--retry-initial-ms", "200", "--retry-max-ms", "500", "--fleet-engine-protocol", wireProtocol.rawValue,
-        ])
-        try await harness.waitUntilEverythingIsDelivered(generated, group: "malformed")
-        let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
-        relay.process.terminate()
-        let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        let metrics = try await relayEverything(generated, through: harness, group: "malformed", over: wireProtocol,
+                                                retryMilliseconds: (initial: 200, maximum: 500))
 
         let transport = try #require(harness.emulator.transportStatistics)
         let retriedForConnection = metricValue(metrics, "fleet_relay_retries_total", ["cause": "connection"]) ?? 0

@@ -71,8 +71,13 @@ struct PartitionLedger {
     /// Whether work on the record should go on: its partition is assigned under the same
     /// generation and not being revoked.
     func owns(_ source: RecordSource) -> Bool {
-        guard let index = current(source.topicPartition, source.generation) else { return false }
-        return !partitions.values[index].revoking
+        owned(source) != nil
+    }
+
+    /// Where the books of the record's partition are, when the record is owned.
+    private func owned(_ source: RecordSource) -> Dictionary<TopicPartition, PartitionProgress>.Index? {
+        guard let index = current(source.topicPartition, source.generation), !partitions.values[index].revoking else { return nil }
+        return index
     }
 
     /// Where the partition's books are, when it is held under `generation`. The hot paths go
@@ -86,8 +91,7 @@ struct PartitionLedger {
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
     mutating func register(_ source: RecordSource, now: ContinuousClock.Instant) -> Bool {
-        guard let index = current(source.topicPartition, source.generation), !partitions.values[index].revoking,
-              partitions.values[index].register(source.offset, at: now) else { return false }
+        guard let index = owned(source), partitions.values[index].register(source.offset, at: now) else { return false }
         unfinishedRecords += 1
         return true
     }
@@ -98,6 +102,13 @@ struct PartitionLedger {
         guard let index = current(source.topicPartition, source.generation) else { return false }
         if partitions.values[index].finish(source.offset) { unfinishedRecords -= 1 }
         return true
+    }
+
+    /// Records finished together; false when none was of a partition's current generation.
+    mutating func finish(_ sources: some Sequence<RecordSource>) -> Bool {
+        var anyFinished = false
+        for source in sources where finish(source) { anyFinished = true }
+        return anyFinished
     }
 
     /// Work that settles records of these partitions began (a request, a dead-letter write);

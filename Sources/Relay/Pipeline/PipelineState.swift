@@ -187,7 +187,7 @@ public struct PipelineState<Waiter> {
         var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
-            finish(request.sources, of: request.partitions, now: now, &actions)
+            finish(request.sources, of: request.partitions.lazy.map(\.topicPartition), now: now, &actions)
         case .rejected(let refusal, let detail):
             for source in request.sources { orderDeadLetter(source, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
@@ -283,19 +283,15 @@ public struct PipelineState<Waiter> {
     // MARK: Offsets and flow control
 
     mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
-        guard ledger.finish(source) else { return }
-        updateShare(source.topicPartition)
-        if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
+        finish(CollectionOfOne(source), of: CollectionOfOne(source.topicPartition), now: now, &actions)
     }
 
-    /// A request's records finished: each partition's share is checked and the commit scheduled
-    /// once for all of them, not once per record (a backlog's request carries a hundred).
-    private mutating func finish(_ sources: [RecordSource], of partitions: [PartitionGeneration],
+    /// Records finished (a request's together): each partition's share is checked and the commit
+    /// scheduled once for all of them, not once per record (a backlog's request carries a hundred).
+    private mutating func finish(_ sources: some Sequence<RecordSource>, of partitions: some Sequence<TopicPartition>,
                                  now: ContinuousClock.Instant, _ actions: inout Actions) {
-        var anyFinished = false
-        for source in sources where ledger.finish(source) { anyFinished = true }
-        guard anyFinished else { return }
-        for partition in partitions { updateShare(partition.topicPartition) }
+        guard ledger.finish(sources) else { return }
+        for partition in partitions { updateShare(partition) }
         if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
     }
 
