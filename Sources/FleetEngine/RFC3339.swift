@@ -69,42 +69,61 @@ public enum RFC3339 {
 
     /// UTC with millisecond precision: `2026-11-22T21:00:00.123Z`.
     public static func format(milliseconds: Int64) -> String {
-        let totalSeconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
-        let millis = Int(milliseconds - totalSeconds * 1000)
-        var days = totalSeconds / 86400
-        var secondOfDay = totalSeconds % 86400
-        if secondOfDay < 0 { secondOfDay += 86400; days -= 1 }
-        let (year, month, day) = civilFromDays(days)
-        let hour = Int(secondOfDay / 3600), minute = Int(secondOfDay % 3600 / 60), second = Int(secondOfDay % 60)
-        // Parsed timestamps always have four-digit years; others are written the slow way.
-        guard (0...9999).contains(year) else {
+        guard hasFourDigitYear(milliseconds) else {
+            let (year, month, day, hour, minute, second, millis) = fields(milliseconds)
             func pad(_ value: Int, _ width: Int) -> String {
                 let digits = String(value)
                 return String(repeating: "0", count: max(0, width - digits.count)) + digits
             }
             return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(millis, 3))Z"
         }
-        // Written digit by digit into one 24-byte buffer, with no other allocation: this runs for every fix sent.
-        return String(unsafeUninitializedCapacity: 24) { buffer in
-            var index = 0
-            func put(_ value: Int, _ width: Int, _ separator: UInt8) {
-                var rest = value
-                for position in stride(from: index + width - 1, through: index, by: -1) {
-                    buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
-                    rest /= 10
-                }
-                buffer[index + width] = separator
-                index += width + 1
-            }
-            put(year, 4, UInt8(ascii: "-"))
-            put(month, 2, UInt8(ascii: "-"))
-            put(day, 2, UInt8(ascii: "T"))
-            put(hour, 2, UInt8(ascii: ":"))
-            put(minute, 2, UInt8(ascii: ":"))
-            put(second, 2, UInt8(ascii: "."))
-            put(millis, 3, UInt8(ascii: "Z"))
-            return index
+        return String(unsafeUninitializedCapacity: fourDigitYearLength) { buffer in
+            write(fourDigitYear: milliseconds, into: buffer)
+            return fourDigitYearLength
         }
+    }
+
+    /// The length of a time `format` writes when `hasFourDigitYear`.
+    public static let fourDigitYearLength = 24
+
+    /// Whether the time falls in the years 0000 to 9999, as every parsed timestamp does.
+    public static func hasFourDigitYear(_ milliseconds: Int64) -> Bool {
+        (-62_167_219_200_000...253_402_300_799_999).contains(milliseconds)
+    }
+
+    /// Writes a time of a four-digit year digit by digit into `buffer`'s first 24 bytes, with no
+    /// allocation: this runs for every fix sent.
+    public static func write(fourDigitYear milliseconds: Int64, into buffer: UnsafeMutableBufferPointer<UInt8>) {
+        precondition(hasFourDigitYear(milliseconds) && buffer.count >= fourDigitYearLength)
+        let (year, month, day, hour, minute, second, millis) = fields(milliseconds)
+        var index = 0
+        func put(_ value: Int, _ width: Int, _ separator: UInt8) {
+            var rest = value
+            for position in stride(from: index + width - 1, through: index, by: -1) {
+                buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            buffer[index + width] = separator
+            index += width + 1
+        }
+        put(year, 4, UInt8(ascii: "-"))
+        put(month, 2, UInt8(ascii: "-"))
+        put(day, 2, UInt8(ascii: "T"))
+        put(hour, 2, UInt8(ascii: ":"))
+        put(minute, 2, UInt8(ascii: ":"))
+        put(second, 2, UInt8(ascii: "."))
+        put(millis, 3, UInt8(ascii: "Z"))
+    }
+
+    private static func fields(_ milliseconds: Int64)
+        -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int, millis: Int) {
+        let totalSeconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        let millis = Int(milliseconds - totalSeconds * 1000)
+        var days = totalSeconds / 86400
+        var secondOfDay = totalSeconds % 86400
+        if secondOfDay < 0 { secondOfDay += 86400; days -= 1 }
+        let (year, month, day) = civilFromDays(days)
+        return (year, month, day, Int(secondOfDay / 3600), Int(secondOfDay % 3600 / 60), Int(secondOfDay % 60), millis)
     }
 
     private static func digitValue(_ byte: UInt8) -> Int? {

@@ -83,6 +83,25 @@ import Testing
         }
         #expect(RFC3339.format(milliseconds: 1_795_381_200_123) == "2026-11-22T21:00:00.123Z")
     }
+
+    /// A body writes a four-digit year's time in place and any other time as `format` spells it.
+    @Test(arguments: [
+        (Int64(-62_167_219_200_000), "0000-01-01T00:00:00.000Z"), (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        (253_402_300_800_000, "10000-01-01T00:00:00.000Z"), (-1, "1969-12-31T23:59:59.999Z"),
+        (1_795_381_200_123, "2026-11-22T21:00:00.123Z"),
+    ])
+    func bodiesCarryEveryTimeAsFormatted(milliseconds: Int64, text: String) throws {
+        #expect(RFC3339.format(milliseconds: milliseconds) == text)
+        #expect(RFC3339.hasFourDigitYear(milliseconds) == (text.utf8.count == RFC3339.fourDigitYearLength))
+        #expect(!RFC3339.hasFourDigitYear(-62_167_219_200_001))
+        let fix = LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: milliseconds)
+        let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "v"), lastLocation: fix)
+        for mode in LocationMode.allCases {
+            let body = try JSONParser.parse(FleetEngineRequest(update: update, provider: "p", mode: mode).body)
+            let field = mode == .supplemental ? "supplementalLocationTime" : "updateTime"
+            #expect(body["lastLocation"]?[field] == .string(text))
+        }
+    }
 }
 
 @Suite struct FleetEngineOutcomeTests {
