@@ -34,6 +34,43 @@ import Testing
         #expect(ledger.unfinishedRecords == 1)
     }
 
+    /// Records of a backlog finish a vehicle at a time, all over the partition: whatever the
+    /// order, the commit offset is the lowest unfinished one, a record finishes once, and the
+    /// books hold no more than about twice the unfinished records.
+    @Test func recordsFinishingInAnyOrderCommitBelowTheLowestUnfinished() {
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<20 {
+            var progress = PartitionProgress(generation: 1)
+            let count = 2_000
+            for offset in 0..<Int64(count) {
+                let registered = progress.register(offset + 10, at: start)
+                #expect(registered)
+            }
+            // One record stays unfinished for most of the round, as a stuck one would.
+            let stuck = Int64.random(in: 10..<Int64(count + 10), using: &generator)
+            var order = (10..<Int64(count + 10)).filter { $0 != stuck }.shuffled(using: &generator)
+            if round % 2 == 0 { order.sort() }  // and in consumption order
+            order.insert(stuck, at: order.count * 9 / 10)
+            var unfinished = Set(10..<Int64(count + 10))
+            for (step, offset) in order.enumerated() {
+                let finished = progress.finish(offset)
+                #expect(finished)
+                unfinished.remove(offset)
+                if step % 97 == 0 {
+                    let again = progress.finish(offset)
+                    #expect(!again, "finished twice")
+                }
+                // Nil while the first record registered is unfinished: nothing moved yet.
+                let lowest = unfinished.min() ?? Int64(count + 10)
+                #expect(progress.committable == (lowest == 10 ? nil : lowest))
+                #expect(progress.unfinishedCount == unfinished.count)
+                #expect(progress.storedEntries <= 2 * unfinished.count + 65)
+            }
+            let unknown = [progress.finish(5), progress.finish(Int64(count + 10))]
+            #expect(unknown == [false, false], "never registered")
+        }
+    }
+
     /// An answer applies only to the generation its order was made under, and a late answer of
     /// an earlier order never takes the committed offset back.
     @Test func commitAnswersApplyToTheirGenerationAndNeverMoveBack() throws {

@@ -46,7 +46,7 @@ struct PartitionLedger {
     mutating func assign(_ assigned: [TopicPartition], generation: UInt64) {
         for partition in assigned {
             guard let earlier = partitions.updateValue(PartitionProgress(generation: generation), forKey: partition) else { continue }
-            unfinishedRecords -= earlier.unfinished.count
+            unfinishedRecords -= earlier.unfinishedCount
             earlier.revocation.set()
         }
     }
@@ -63,7 +63,7 @@ struct PartitionLedger {
         revoked.compactMap { partition -> TopicPartitionOffset? in
             guard let progress = partitions.removeValue(forKey: partition) else { return nil }
             progress.revocation.set()
-            unfinishedRecords -= progress.unfinished.count
+            unfinishedRecords -= progress.unfinishedCount
             return progress.offsetToCommit.map { TopicPartitionOffset(partition, offset: $0) }
         }
     }
@@ -170,7 +170,7 @@ struct PartitionLedger {
     /// the next `pauseChange`.
     mutating func updateShare(_ partition: TopicPartition) {
         guard let index = partitions.index(forKey: partition) else { return }
-        let unfinished = partitions.values[index].unfinished.count
+        let unfinished = partitions.values[index].unfinishedCount
         let paused = partitions.values[index].paused
         if !paused, unfinished >= share {
             partitions.values[index].paused = true
@@ -290,7 +290,7 @@ struct PartitionLedger {
 
     var assignedPartitions: [TopicPartition] { partitions.keys.sorted() }
     var partitionCount: Int { partitions.count }
-    var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinished.count) }
+    var unfinishedPerPartition: [TopicPartition: Int] { partitions.mapValues(\.unfinishedCount) }
     var uncommittedRecords: Int64 { partitions.values.reduce(0) { $0 + $1.uncommitted } }
     var lastCommittedOffsets: [TopicPartition: Int64] { partitions.compactMapValues(\.lastCommitted) }
 

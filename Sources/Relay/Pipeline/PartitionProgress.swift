@@ -7,12 +7,14 @@ import Kafka
 /// finished), so a failed or slow record is never skipped because a later one
 /// succeeded.
 ///
-/// Only unfinished offsets are kept: a record stuck in retries holds its
-/// partition's commit, while the records behind it that finished cost nothing.
+/// Only unfinished offsets are kept, give or take as many finished ones: a record stuck in
+/// retries holds its partition's commit, while the records behind it that finished cost
+/// nothing for long.
 struct PartitionProgress {
-    struct Unfinished {
+    struct Entry {
         let offset: Int64
         let registeredAt: ContinuousClock.Instant
+        var finished = false
     }
 
     /// The consumer's assignment generation: records of an earlier one are not ours.
@@ -27,8 +29,15 @@ struct PartitionProgress {
     var paused = false
     /// Requests and dead-letter writes under way that settle records of this partition.
     var workUnderWay = 0
-    /// Registered offsets not yet finished, in increasing order.
-    private(set) var unfinished = Deque<Unfinished>()
+    /// Registered offsets in increasing order: every unfinished one, and finished ones behind the
+    /// first unfinished until they are compacted away. The first entry is always unfinished.
+    /// Records of a backlog finish out of order, a vehicle's at a time: removing each from the
+    /// middle would move half the entries, at every finish.
+    private var entries = Deque<Entry>()
+    /// Registered offsets not yet finished.
+    private(set) var unfinishedCount = 0
+    /// Entries kept, finished ones included: what the books cost.
+    var storedEntries: Int { entries.count }
     private var firstRegistered: Int64?
     private(set) var lastRegistered: Int64?
     var lastCommitted: Int64?
@@ -39,7 +48,7 @@ struct PartitionProgress {
 
     /// Nil while nothing finished since the partition was assigned: its position is still the group's.
     var committable: Int64? {
-        guard let first = unfinished.first else { return lastRegistered.map { $0 + 1 } }
+        guard let first = entries.first else { return lastRegistered.map { $0 + 1 } }
         return first.offset == firstRegistered ? nil : first.offset
     }
 
@@ -65,20 +74,27 @@ struct PartitionProgress {
         if let last = lastRegistered, offset <= last { return false }
         if firstRegistered == nil { firstRegistered = offset }
         lastRegistered = offset
-        unfinished.append(Unfinished(offset: offset, registeredAt: now))
+        entries.append(Entry(offset: offset, registeredAt: now))
+        unfinishedCount += 1
         return true
     }
 
     /// Records finish roughly in consumption order, so the search mostly ends near the front.
-    /// False when the offset was not unfinished (finished before).
+    /// False when the offset was not unfinished (finished before). The entry is marked, then
+    /// finished entries leave the front; once they outnumber the unfinished ones they all go in
+    /// one pass, so a finish costs a constant on average and the entries stay under twice the
+    /// unfinished records.
     @discardableResult
     mutating func finish(_ offset: Int64) -> Bool {
-        var (low, high) = (0, unfinished.count - 1)
+        var (low, high) = (0, entries.count - 1)
         while low <= high {
             let middle = (low + high) / 2
-            let found = unfinished[middle].offset
+            let found = entries[middle].offset
             if found == offset {
-                unfinished.remove(at: middle)
+                guard !entries[middle].finished else { return false }
+                entries[middle].finished = true
+                unfinishedCount -= 1
+                dropFinished()
                 return true
             }
             if found < offset { low = middle + 1 } else { high = middle - 1 }
@@ -86,8 +102,13 @@ struct PartitionProgress {
         return false
     }
 
+    private mutating func dropFinished() {
+        while entries.first?.finished == true { entries.removeFirst() }
+        if entries.count - unfinishedCount > max(unfinishedCount, 64) { entries.removeAll { $0.finished } }
+    }
+
     /// How long the oldest unfinished record has waited (zero when none waits).
     func oldestUnfinishedAge(now: ContinuousClock.Instant) -> Duration {
-        unfinished.first.map { now - $0.registeredAt } ?? .zero
+        entries.first.map { now - $0.registeredAt } ?? .zero
     }
 }
