@@ -67,7 +67,7 @@ public struct LocationEventDecoder: Sendable {
         }
         let document: JSONParser.TopLevel
         do {
-            document = try JSONParser.parseTopLevel(value)
+            document = try JSONParser.parseTopLevel(value, fields: EventFields.names)
         } catch {
             throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
         }
@@ -76,10 +76,10 @@ public struct LocationEventDecoder: Sendable {
         case .object(let fields): event = EventFields(fields)
         case .other(let other): throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.")
         }
-        let vehicleId = try event.requiredString("vehicle_id")
-        let latitude = try event.requiredNumber("lat")
-        let longitude = try event.requiredNumber("lng")
-        let recordedAt = try event.required("recorded_at")
+        let vehicleId = try event.requiredString(.vehicleId)
+        let latitude = try event.requiredNumber(.lat)
+        let longitude = try event.requiredNumber(.lng)
+        let recordedAt = try event.required(.recordedAt)
         try FieldRules.validateVehicleId(vehicleId)
         if let key, !key.elementsEqual(vehicleId.utf8) {
             throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
@@ -87,61 +87,82 @@ public struct LocationEventDecoder: Sendable {
         try FieldRules.check(latitude, in: -90...90, field: "lat")
         try FieldRules.check(longitude, in: -180...180, field: "lng")
         var fix = LocationFix(latitude: latitude, longitude: longitude, recordedAtMilliseconds: try FieldRules.timestamp(recordedAt, nowMilliseconds: nowMilliseconds()))
-        if let heading = try event.optionalNumber("heading") { fix.heading = try FieldRules.heading(heading) }
-        if let speed = try event.optionalNumber("speed_mps") { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: "speed_mps") }
-        if let accuracy = try event.optionalNumber("accuracy_m") { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: "accuracy_m") }
-        if let altitude = try event.optionalNumber("altitude_m") { fix.altitudeMeters = try FieldRules.finite(altitude, field: "altitude_m") }
-        if let sensor = try event.optionalString("sensor") { fix.sensor = try FieldRules.sensor(sensor) }
+        if let heading = try event.optionalNumber(.heading) { fix.heading = try FieldRules.heading(heading) }
+        if let speed = try event.optionalNumber(.speed) { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: "speed_mps") }
+        if let accuracy = try event.optionalNumber(.accuracy) { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: "accuracy_m") }
+        if let altitude = try event.optionalNumber(.altitude) { fix.altitudeMeters = try FieldRules.finite(altitude, field: "altitude_m") }
+        if let sensor = try event.optionalString(.sensor) { fix.sensor = try FieldRules.sensor(sensor) }
         var kind = defaultKind
-        if let name = try event.optionalString("kind") { kind = try FieldRules.kind(name) }
+        if let name = try event.optionalString(.kind) { kind = try FieldRules.kind(name) }
         return LocationUpdate(vehicle: VehicleIdentity(kind: kind, id: vehicleId), fix: fix)
     }
 
 }
 
-/// Typed access to an event's fields; `null` counts as absent. An event has a dozen fields at
-/// most: they are searched in order, the last of a repeated name counting, without hashing.
+/// Typed access to an event's fields; `null` counts as absent. The parser hands over the
+/// values of these fields alone, by position, the last of a repeated name counting.
 private struct EventFields {
-    let members: [(key: String, value: JSONValue)]
+    enum Field: Int, CaseIterable {
+        case vehicleId, lat, lng, recordedAt, heading, speed, accuracy, altitude, sensor, kind
 
-    init(_ members: [(key: String, value: JSONValue)]) { self.members = members }
-
-    private subscript(name: String) -> JSONValue? {
-        members.last { $0.key == name }?.value
+        var name: String {
+            switch self {
+            case .vehicleId: "vehicle_id"
+            case .lat: "lat"
+            case .lng: "lng"
+            case .recordedAt: "recorded_at"
+            case .heading: "heading"
+            case .speed: "speed_mps"
+            case .accuracy: "accuracy_m"
+            case .altitude: "altitude_m"
+            case .sensor: "sensor"
+            case .kind: "kind"
+            }
+        }
     }
 
-    func required(_ name: String) throws(Rejection) -> JSONValue {
-        guard let value = self[name], value != .null else {
-            throw Rejection(reason: .missingField, detail: "Required field \(name) is missing.")
+    static let names = JSONFieldNames(Field.allCases.map(\.name))
+
+    let values: [JSONValue?]
+
+    init(_ values: [JSONValue?]) { self.values = values }
+
+    private subscript(field: Field) -> JSONValue? {
+        values[field.rawValue]
+    }
+
+    func required(_ field: Field) throws(Rejection) -> JSONValue {
+        guard let value = self[field], value != .null else {
+            throw Rejection(reason: .missingField, detail: "Required field \(field.name) is missing.")
         }
         return value
     }
 
-    func requiredString(_ name: String) throws(Rejection) -> String {
-        let value = try required(name)
-        guard case .string(let text) = value else { throw wrongType(name, "a string", value) }
+    func requiredString(_ field: Field) throws(Rejection) -> String {
+        let value = try required(field)
+        guard case .string(let text) = value else { throw wrongType(field, "a string", value) }
         return text
     }
 
-    func requiredNumber(_ name: String) throws(Rejection) -> Double {
-        let value = try required(name)
-        guard case .number(let number) = value else { throw wrongType(name, "a number", value) }
+    func requiredNumber(_ field: Field) throws(Rejection) -> Double {
+        let value = try required(field)
+        guard case .number(let number) = value else { throw wrongType(field, "a number", value) }
         return number
     }
 
-    func optionalNumber(_ name: String) throws(Rejection) -> Double? {
-        guard let value = self[name], value != .null else { return nil }
-        guard case .number(let number) = value else { throw wrongType(name, "a number", value) }
+    func optionalNumber(_ field: Field) throws(Rejection) -> Double? {
+        guard let value = self[field], value != .null else { return nil }
+        guard case .number(let number) = value else { throw wrongType(field, "a number", value) }
         return number
     }
 
-    func optionalString(_ name: String) throws(Rejection) -> String? {
-        guard let value = self[name], value != .null else { return nil }
-        guard case .string(let text) = value else { throw wrongType(name, "a string", value) }
+    func optionalString(_ field: Field) throws(Rejection) -> String? {
+        guard let value = self[field], value != .null else { return nil }
+        guard case .string(let text) = value else { throw wrongType(field, "a string", value) }
         return text
     }
 
-    private func wrongType(_ name: String, _ expected: String, _ value: JSONValue) -> Rejection {
-        Rejection(reason: .wrongType, detail: "\(name) must be \(expected), not \(value.typeName).")
+    private func wrongType(_ field: Field, _ expected: String, _ value: JSONValue) -> Rejection {
+        Rejection(reason: .wrongType, detail: "\(field.name) must be \(expected), not \(value.typeName).")
     }
 }

@@ -89,6 +89,35 @@ import Testing
             + #""s":"quote \" backslash \\ newline \n control \u0001 ü","whole":4}"#)
     }
 
+    /// A record's top level is read for the fields asked for alone, keys matched as bytes: an
+    /// escaped key is the name it spells, the last of a repeated name counts, and any other
+    /// member is still parsed strictly before it is dropped.
+    @Test func aTopLevelIsReadForTheFieldsAskedFor() throws {
+        let fields = JSONFieldNames(["id", "lat", "ü"])
+        let text = #"{"lat": 1, "other": {"x": [1, "y"]}, "i\u0064": "a", "lat": 2.5, "\u00fc": null, "\u00fcx": 3}"#
+        guard case .object(let values) = try JSONParser.parseTopLevel(Array(text.utf8), fields: fields) else {
+            Issue.record("an object read as another value")
+            return
+        }
+        #expect(values == [.string("a"), .number(2.5), .null])
+        let none = try JSONParser.parseTopLevel(Array("{}".utf8), fields: fields)
+        guard case .object(let empty) = none else {
+            Issue.record("{} read as another value")
+            return
+        }
+        #expect(empty == [nil, nil, nil])
+        guard case .other(let array) = try JSONParser.parseTopLevel(Array("[1]".utf8), fields: fields) else {
+            Issue.record("an array read as an object")
+            return
+        }
+        #expect(array == .array([.number(1)]))
+        for malformed in [#"{"other": [1,]}"#, #"{"lat": 1} x"#, "{\"l\u{1}\": 1}", #"{"id": "a"#] {
+            #expect(throws: JSONParseError.self, "\(malformed)") {
+                try JSONParser.parseTopLevel(Array(malformed.utf8), fields: fields)
+            }
+        }
+    }
+
     /// Numbers are written without a string in between; the text must be what the string was,
     /// Swift's shortest round-trip form, and read back to the same bits.
     @Test func numbersAppendedInPlaceAreTheShortestRoundTripText() throws {
