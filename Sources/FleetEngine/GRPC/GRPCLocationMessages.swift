@@ -3,7 +3,7 @@ import FleetModel
 import SwiftProtobuf
 
 /// `VehicleLocation` and `DeliveryVehicleLocation`: the same fields under the same numbers in
-/// two packages, so one function fills either.
+/// two packages, so one function reads either.
 package protocol GRPCVehicleLocation: SwiftProtobuf.Message {
     associatedtype Sensor: SwiftProtobuf.Enum where Sensor.RawValue == Int
     var location: Google_Type_LatLng { get set }
@@ -37,50 +37,15 @@ extension Maps_Fleetengine_V1_Vehicle: GRPCVehicleMessage {}
 extension Maps_Fleetengine_Delivery_V1_DeliveryVehicle: GRPCVehicleMessage {}
 
 extension GRPCVehicleMessage {
-    /// The update's fixes, in the fields REST's body fills.
-    init(_ update: VehicleLocationUpdate, mode: LocationMode) {
-        self.init()
-        lastLocation = Location(update.lastLocation, mode: mode)
-        pastLocations = update.pastLocations.map { Location($0, mode: mode) }
-    }
-
     /// The newest time of its live location; nil when it has none.
     package var locationMilliseconds: Int64? { hasLastLocation ? lastLocation.newestTimeMilliseconds : nil }
 }
 
 extension GRPCVehicleLocation {
-    /// The same fields REST's body carries (`FleetEngineRequest.write`), in the same mode.
-    init(_ fix: LocationFix, mode: LocationMode) {
-        self.init()
-        let time = Google_Protobuf_Timestamp(milliseconds: fix.recordedAtMilliseconds)
-        var point = Google_Type_LatLng()
-        point.latitude = fix.latitude
-        point.longitude = fix.longitude
-        switch mode {
-        case .supplemental:
-            supplementalLocation = point
-            supplementalLocationTime = time
-            supplementalLocationSensor = Self.sensor(fix.sensor ?? .customerSupplied)
-            if let accuracy = fix.accuracyMeters { supplementalLocationAccuracy = Google_Protobuf_DoubleValue(accuracy) }
-        case .device:
-            location = point
-            updateTime = time
-            if let sensor = fix.sensor { locationSensor = Self.sensor(sensor) }
-            if let accuracy = fix.accuracyMeters { latlngAccuracy = Google_Protobuf_DoubleValue(accuracy) }
-        }
-        if let heading = fix.heading { self.heading = Google_Protobuf_Int32Value(Int32(clamping: heading)) }
-        if let speed = fix.speedMetersPerSecond { self.speed = Google_Protobuf_DoubleValue(speed) }
-        if let altitude = fix.altitudeMeters { self.altitude = Google_Protobuf_DoubleValue(altitude) }
-    }
-
     /// The newest of `supplemental_location_time` and `update_time`, as `LiveLocation` reads REST's.
     var newestTimeMilliseconds: Int64? {
         [hasSupplementalLocationTime ? supplementalLocationTime : nil, hasUpdateTime ? updateTime : nil]
             .compactMap { $0?.milliseconds }.max()
-    }
-
-    private static func sensor(_ sensor: LocationSensor) -> Sensor {
-        Sensor(rawValue: sensor.fleetEngineNumber) ?? Sensor()
     }
 }
 
@@ -99,12 +64,5 @@ extension LocationSensor {
 }
 
 extension Google_Protobuf_Timestamp {
-    /// Milliseconds since the epoch, before 1970 included.
-    init(milliseconds: Int64) {
-        let (seconds, remainder) = milliseconds.quotientAndRemainder(dividingBy: 1000)
-        let borrow: Int64 = remainder < 0 ? 1 : 0
-        self.init(seconds: seconds - borrow, nanos: Int32((remainder + borrow * 1000) * 1_000_000))
-    }
-
     var milliseconds: Int64 { seconds * 1000 + Int64(nanos / 1_000_000) }
 }

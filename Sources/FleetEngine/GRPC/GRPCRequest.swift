@@ -18,28 +18,13 @@ public struct GRPCRequest: Sendable {
     /// `UpdateVehicle` or `UpdateDeliveryVehicle` with the fix in `last_location` and older ones in
     /// `past_locations`, under the same mask REST sends.
     public init(update: VehicleLocationUpdate, provider: String, mode: LocationMode) {
-        let name = Self.vehicleName(provider: provider, vehicle: update.vehicle)
-        var mask = Google_Protobuf_FieldMask()
-        mask.paths = update.pastLocations.isEmpty ? ["last_location"] : ["last_location", "past_locations"]
-        let message: any SwiftProtobuf.Message
-        switch update.vehicle.kind {
-        case .vehicle:
-            var request = Maps_Fleetengine_V1_UpdateVehicleRequest()
-            request.name = name
-            request.vehicle = .init(update, mode: mode)
-            request.updateMask = mask
-            message = request
-            path = "/maps.fleetengine.v1.VehicleService/UpdateVehicle"
-        case .deliveryVehicle:
-            var request = Maps_Fleetengine_Delivery_V1_UpdateDeliveryVehicleRequest()
-            request.deliveryVehicle = .init(update, mode: mode)
-            request.deliveryVehicle.name = name
-            request.updateMask = mask
-            message = request
-            path = "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle"
+        path = switch update.vehicle.kind {
+        case .vehicle: "/maps.fleetengine.v1.VehicleService/UpdateVehicle"
+        case .deliveryVehicle: "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle"
         }
         routingParameters = Self.routingParameters(provider: provider)
-        framedMessage = Self.frame(message)
+        framedMessage = GRPCUpdateEncoding.framedRequest(name: Self.vehicleName(provider: provider, vehicle: update.vehicle),
+                                                         update: update, mode: mode)
     }
 
     /// `GetVehicle` or `GetDeliveryVehicle`.
