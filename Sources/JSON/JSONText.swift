@@ -50,42 +50,6 @@ public enum JSONText {
         }
         return value.description
     }
-
-    /// Appends what `number` returns, without making a string of it: every coordinate sent goes
-    /// through here.
-    public static func appendNumber(_ value: Double, to bytes: inout [UInt8]) {
-        precondition(value.isFinite, "JSON has no representation for \(value)")
-        if value == value.rounded(), abs(value) < 1e15 {
-            bytes.append(contentsOf: String(Int64(value)).utf8)  // at most 16 bytes: a string that allocates nothing
-            return
-        }
-        var output = ByteOutput()
-        swap(&output.bytes, &bytes)
-        value.write(to: &output)
-        swap(&output.bytes, &bytes)
-    }
-}
-
-/// What `Double.write(to:)` writes, appended to bytes. The standard library hands a number's
-/// digits to `_writeASCII` from a buffer on the stack; `write(_:)` serves any other text.
-private struct ByteOutput: TextOutputStream {
-    var bytes: [UInt8] = []
-
-    mutating func write(_ string: String) { bytes.append(contentsOf: string.utf8) }
-
-    mutating func _writeASCII(_ buffer: UnsafeBufferPointer<UInt8>) { bytes.append(contentsOf: buffer) }
-}
-
-/// A member name quoted once, with its colon: a writer copies it in with nothing to check.
-public struct JSONKey: Sendable {
-    fileprivate let quotedWithColon: [UInt8]
-
-    public init(_ name: String) {
-        var bytes: [UInt8] = []
-        JSONText.appendQuoted(name, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        quotedWithColon = bytes
-    }
 }
 
 /// Accumulates one JSON object's members in insertion order, in a single growing buffer:
@@ -112,34 +76,7 @@ public struct JSONObjectWriter: Sendable {
     }
 
     public mutating func add(_ key: String, _ value: Double) {
-        appendKey(key)
-        JSONText.appendNumber(value, to: &text)
-    }
-
-    public mutating func add(_ key: JSONKey, _ value: Double) {
-        appendKey(key)
-        JSONText.appendNumber(value, to: &text)
-    }
-
-    public mutating func add(_ key: JSONKey, _ value: Int) {
-        appendKey(key)
-        text.append(contentsOf: String(value).utf8)
-    }
-
-    public mutating func add(_ key: JSONKey, _ value: String) {
-        appendKey(key)
-        JSONText.appendQuoted(value, to: &text)
-    }
-
-    /// Adds a string member of `count` bytes that `write` puts in place; they must need no
-    /// escaping (a timestamp, say), and `write` must initialize every one of them.
-    public mutating func addUnescapedString(_ key: JSONKey, count: Int, _ write: (UnsafeMutableBufferPointer<UInt8>) -> Void) {
-        appendKey(key)
-        text.append(UInt8(ascii: "\""))
-        let start = text.count
-        text.append(contentsOf: repeatElement(0, count: count))
-        text.withUnsafeMutableBufferPointer { write(UnsafeMutableBufferPointer(rebasing: $0[start...])) }
-        text.append(UInt8(ascii: "\""))
+        addRaw(key, JSONText.number(value))
     }
 
     public mutating func add(_ key: String, _ value: Int) {
@@ -173,20 +110,9 @@ public struct JSONObjectWriter: Sendable {
         appendObject(build)
     }
 
-    public mutating func addObject(_ key: JSONKey, _ build: (inout JSONObjectWriter) -> Void) {
-        appendKey(key)
-        appendObject(build)
-    }
-
     /// Writes an array member holding one object per element, each in place.
     public mutating func addObjects<Elements: Sequence>(
         _ key: String, _ elements: Elements, _ build: (inout JSONObjectWriter, Elements.Element) -> Void
-    ) {
-        addObjects(JSONKey(key), elements, build)
-    }
-
-    public mutating func addObjects<Elements: Sequence>(
-        _ key: JSONKey, _ elements: Elements, _ build: (inout JSONObjectWriter, Elements.Element) -> Void
     ) {
         appendKey(key)
         text.append(UInt8(ascii: "["))
@@ -214,23 +140,11 @@ public struct JSONObjectWriter: Sendable {
         return closed
     }
 
-    /// The object's UTF-8 text, closed in place: the writer's buffer becomes it, uncopied.
-    public consuming func finished() -> [UInt8] {
-        text.append(UInt8(ascii: "}"))
-        return text
-    }
-
     private mutating func appendKey(_ key: String) {
         if !isEmpty { text.append(UInt8(ascii: ",")) }
         isEmpty = false
         JSONText.appendQuoted(key, to: &text)
         text.append(UInt8(ascii: ":"))
-    }
-
-    private mutating func appendKey(_ key: JSONKey) {
-        if !isEmpty { text.append(UInt8(ascii: ",")) }
-        isEmpty = false
-        text.append(contentsOf: key.quotedWithColon)
     }
 
     private mutating func appendObject(_ build: (inout JSONObjectWriter) -> Void) {

@@ -36,6 +36,63 @@ import Testing
         ])]))
     }
 
+    /// The relay writes a body in one pass; the JSON library's writer, given the same members,
+    /// must write the very same text, whatever the fix holds.
+    @Test func bodiesAreTheTextTheJSONWriterWritesForTheirMembers() {
+        var generator = SystemRandomNumberGenerator()
+        func maybe<T>(_ value: @autoclosure () -> T) -> T? { Bool.random(using: &generator) ? value() : nil }
+        func number(_ range: ClosedRange<Double>) -> Double {
+            [0, -0.0, 1e15, 123_456_789_012_345, -1e-7, range.lowerBound, range.upperBound,
+             Double.random(in: range, using: &generator), Double(Int.random(in: -1000...1000, using: &generator))]
+                .randomElement(using: &generator)!
+        }
+        func randomFix() -> LocationFix {
+            let time = [0, -1, 253_402_300_800_000, -62_167_219_200_001, 1_795_381_200_123,
+                        Int64.random(in: -100_000_000_000_000...100_000_000_000_000, using: &generator)].randomElement(using: &generator)!
+            return LocationFix(latitude: number(-90...90), longitude: number(-180...180), recordedAtMilliseconds: time,
+                               heading: maybe([0, 359, -1, Int.max, Int.min].randomElement(using: &generator)!),
+                               speedMetersPerSecond: maybe(number(0...100)), accuracyMeters: maybe(number(0...1e300)),
+                               altitudeMeters: maybe(number(-1e-300...9000)), sensor: maybe(LocationSensor.allCases.randomElement(using: &generator)!))
+        }
+        func reference(_ fix: LocationFix, _ mode: LocationMode, _ location: inout JSONObjectWriter) {
+            let time = RFC3339.format(milliseconds: fix.recordedAtMilliseconds)
+            let point = { (writer: inout JSONObjectWriter) in
+                writer.add("latitude", fix.latitude)
+                writer.add("longitude", fix.longitude)
+            }
+            switch mode {
+            case .supplemental:
+                location.addObject("supplementalLocation", point)
+                location.add("supplementalLocationTime", time)
+                location.add("supplementalLocationSensor", (fix.sensor ?? .customerSupplied).fleetEngineName)
+                if let accuracy = fix.accuracyMeters { location.add("supplementalLocationAccuracy", accuracy) }
+            case .device:
+                location.addObject("location", point)
+                location.add("updateTime", time)
+                if let sensor = fix.sensor { location.add("locationSensor", sensor.fleetEngineName) }
+                if let accuracy = fix.accuracyMeters { location.add("latlngAccuracy", accuracy) }
+            }
+            if let heading = fix.heading { location.add("heading", heading) }
+            if let speed = fix.speedMetersPerSecond { location.add("speed", speed) }
+            if let altitude = fix.altitudeMeters { location.add("altitude", altitude) }
+        }
+        for _ in 0..<2_000 {
+            let mode = LocationMode.allCases.randomElement(using: &generator)!
+            let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "v"), lastLocation: randomFix(),
+                                               pastLocations: (0..<Int.random(in: 0...4, using: &generator)).map { _ in randomFix() })
+            var expected = JSONObjectWriter()
+            expected.addObject("lastLocation") { reference(update.lastLocation, mode, &$0) }
+            if !update.pastLocations.isEmpty {
+                expected.addObjects("pastLocations", update.pastLocations) { reference($1, mode, &$0) }
+            }
+            let body = FleetEngineRequest(update: update, provider: "p", mode: mode).body
+            guard body == expected.json else {
+                Issue.record("\(mode): \(body) is not \(expected.json)")
+                return
+            }
+        }
+    }
+
     @Test func neverSendsOutputOnlyOrDeprecatedFields() {
         for mode in LocationMode.allCases {
             let update = VehicleLocationUpdate(vehicle: VehicleIdentity(kind: .vehicle, id: "v"), lastLocation: fullFix,
