@@ -7,9 +7,9 @@ import Kafka
 /// finished), so a failed or slow record is never skipped because a later one
 /// succeeded.
 ///
-/// Only unfinished offsets are kept, give or take as many finished ones: a record stuck in
-/// retries holds its partition's commit, while the records behind it that finished cost
-/// nothing for long.
+/// Unfinished offsets are kept, and finished ones only until they are compacted away (never
+/// more of them than unfinished ones, plus 64): a record stuck in retries holds its partition's
+/// commit, while the records behind it that finished cost next to nothing.
 struct PartitionProgress {
     struct Entry {
         let offset: Int64
