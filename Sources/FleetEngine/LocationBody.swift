@@ -50,7 +50,7 @@ private struct BodyWriter {
             raw(",\"supplementalLocationTime\":")
             time(fix.recordedAtMilliseconds)
             raw(",\"supplementalLocationSensor\":")
-            name((fix.sensor ?? .customerSupplied).fleetEngineName)
+            plainString((fix.sensor ?? .customerSupplied).fleetEngineName)
             if let accuracy = fix.accuracyMeters {
                 raw(",\"supplementalLocationAccuracy\":")
                 number(accuracy)
@@ -62,7 +62,7 @@ private struct BodyWriter {
             time(fix.recordedAtMilliseconds)
             if let sensor = fix.sensor {
                 raw(",\"locationSensor\":")
-                name(sensor.fleetEngineName)
+                plainString(sensor.fleetEngineName)
             }
             if let accuracy = fix.accuracyMeters {
                 raw(",\"latlngAccuracy\":")
@@ -94,7 +94,7 @@ private struct BodyWriter {
 
     /// RFC 3339 in quotes; a four-digit year's time written in place.
     private mutating func time(_ milliseconds: Int64) {
-        guard RFC3339.hasFourDigitYear(milliseconds) else { return name(RFC3339.format(milliseconds: milliseconds)) }
+        guard RFC3339.hasFourDigitYear(milliseconds) else { return plainString(RFC3339.format(milliseconds: milliseconds)) }
         byte(UInt8(ascii: "\""))
         reserve(RFC3339.fourDigitYearLength)
         RFC3339.write(fourDigitYear: milliseconds, into: UnsafeMutableBufferPointer(rebasing: memory[written...]))
@@ -103,7 +103,7 @@ private struct BodyWriter {
     }
 
     /// A string of the relay's own (a sensor's name, a time): nothing in it needs escaping.
-    private mutating func name(_ text: String) {
+    private mutating func plainString(_ text: String) {
         byte(UInt8(ascii: "\""))
         for byte in text.utf8 { self.byte(byte) }
         byte(UInt8(ascii: "\""))

@@ -84,13 +84,13 @@ public struct LocationEventDecoder: Sendable {
         if let key, !key.elementsEqual(vehicleId.utf8) {
             throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
         }
-        try FieldRules.check(latitude, in: -90...90, field: "lat")
-        try FieldRules.check(longitude, in: -180...180, field: "lng")
+        try FieldRules.check(latitude, in: -90...90, field: EventFields.Field.lat.name)
+        try FieldRules.check(longitude, in: -180...180, field: EventFields.Field.lng.name)
         var fix = LocationFix(latitude: latitude, longitude: longitude, recordedAtMilliseconds: try FieldRules.timestamp(recordedAt, nowMilliseconds: nowMilliseconds()))
         if let heading = try event.optionalNumber(.heading) { fix.heading = try FieldRules.heading(heading) }
-        if let speed = try event.optionalNumber(.speed) { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: "speed_mps") }
-        if let accuracy = try event.optionalNumber(.accuracy) { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: "accuracy_m") }
-        if let altitude = try event.optionalNumber(.altitude) { fix.altitudeMeters = try FieldRules.finite(altitude, field: "altitude_m") }
+        if let speed = try event.optionalNumber(.speed) { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: EventFields.Field.speed.name) }
+        if let accuracy = try event.optionalNumber(.accuracy) { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: EventFields.Field.accuracy.name) }
+        if let altitude = try event.optionalNumber(.altitude) { fix.altitudeMeters = try FieldRules.finite(altitude, field: EventFields.Field.altitude.name) }
         if let sensor = try event.optionalString(.sensor) { fix.sensor = try FieldRules.sensor(sensor) }
         var kind = defaultKind
         if let name = try event.optionalString(.kind) { kind = try FieldRules.kind(name) }

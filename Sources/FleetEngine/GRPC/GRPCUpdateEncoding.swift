@@ -30,9 +30,12 @@ enum GRPCUpdateEncoding {
         static let supplementalLocationAccuracy = 21, latlngAccuracy = 22
     }
 
+    private static let lastLocationOnly = ["last_location"]
+    private static let withPastLocations = ["last_location", "past_locations"]
+
     static func framedRequest(name: String, update: VehicleLocationUpdate, mode: LocationMode) -> ByteBuffer {
         let layout = update.vehicle.kind == .vehicle ? Layout.vehicle : Layout.deliveryVehicle
-        let maskPaths = update.pastLocations.isEmpty ? ["last_location"] : ["last_location", "past_locations"]
+        let maskPaths = update.pastLocations.isEmpty ? lastLocationOnly : withPastLocations
         let lastSize = locationSize(update.lastLocation, mode)
         let pastSizes = update.pastLocations.map { locationSize($0, mode) }
         var vehicleSize = ProtoWriter.fieldSize(layout.lastLocation, length: lastSize)
@@ -93,7 +96,7 @@ enum GRPCUpdateEncoding {
         if let heading = fix.heading {
             let value = Int32(clamping: heading)
             writer.header(LocationField.heading, length: int32ValueSize(value))
-            if value != 0 { writer.varintField(1, UInt64(bitPattern: Int64(value))) }
+            writer.varintField(1, UInt64(bitPattern: Int64(value)))
         }
         if mode == .device { writeTimestamp(LocationField.updateTime, fix.recordedAtMilliseconds, into: &writer) }
         if let altitude = fix.altitudeMeters { writeDoubleValue(LocationField.altitude, altitude, into: &writer) }
@@ -136,8 +139,8 @@ enum GRPCUpdateEncoding {
     private static func writeTimestamp(_ field: Int, _ milliseconds: Int64, into writer: inout ProtoWriter) {
         let (seconds, nanos) = timestampParts(milliseconds)
         writer.header(field, length: timestampSize(milliseconds))
-        if seconds != 0 { writer.varintField(1, UInt64(bitPattern: seconds)) }
-        if nanos != 0 { writer.varintField(2, UInt64(bitPattern: Int64(nanos))) }
+        writer.varintField(1, UInt64(bitPattern: seconds))
+        writer.varintField(2, UInt64(bitPattern: Int64(nanos)))
     }
 
     private static func doubleValueSize(_ value: Double) -> Int { value.bitPattern != 0 ? 9 : 0 }
@@ -198,14 +201,14 @@ private struct ProtoWriter {
         varint(UInt64(length))
     }
 
+    /// A varint field, left out when zero, as `varintFieldSize` counts it.
     mutating func varintField(_ field: Int, _ value: UInt64) {
+        guard value != 0 else { return }
         varint(UInt64(field << 3))
         varint(value)
     }
 
-    mutating func enumField(_ field: Int, _ number: Int) {
-        if number != 0 { varintField(field, UInt64(number)) }
-    }
+    mutating func enumField(_ field: Int, _ number: Int) { varintField(field, UInt64(number)) }
 
     mutating func doubleField(_ field: Int, _ value: Double) {
         guard value.bitPattern != 0 else { return }
