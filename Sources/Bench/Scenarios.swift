@@ -152,6 +152,7 @@ struct Scenarios {
         let delivered = await waitUntil(timeout: .seconds(600)) {
             await probes.emulator(newerThan: backlog.newestAfter, idPrefix: backlog.idPrefix)["vehicles_newer_than"]?.numberValue == Double(backlog.vehicles)
         }
+        let held = (ContinuousClock.now - started).seconds
         let committed = try await waitUntil(timeout: .seconds(120)) {
             try await probes.lag(topic: backlog.topic, partitions: partitions, group: group) == 0
         }
@@ -179,6 +180,7 @@ struct Scenarios {
         let cpuPerRequest = cpu / max(relayRequests, 1) * 1e6
         report.add(section, "relay start until the group is joined", startup.seconds, "s")
         report.add(section, "drain time (joined → newest fixes held, offsets committed)", elapsed, "s")
+        report.add(section, "of which until every vehicle's newest fix was held", held, "s")
         report.add(section, "events/s", eventRate, "events/s", ratio: eventRate / consumeCeiling, of: "bare consumer")
         report.add(section, "requests/s", requests / elapsed, "requests/s", ratio: requests / elapsed / requestCeiling,
                    of: "emulator ceiling")

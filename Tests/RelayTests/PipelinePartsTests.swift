@@ -19,7 +19,7 @@ import Testing
 
     /// The commit offset is the lowest unfinished record, whatever finished after it.
     @Test func anOffsetIsCommittableOnlyBelowTheLowestUnfinishedRecord() {
-        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
         let taken = (0..<5).map { ledger.register(source(0, Int64($0)), now: start) }
         #expect(taken.allSatisfy { $0 })
@@ -71,10 +71,45 @@ import Testing
         }
     }
 
+    /// Finished offsets wait for the commit interval, except when every record taken in
+    /// finished with a burst's worth uncommitted: a backlog worked off is committed at once,
+    /// while a steady state's small rounds keep to the interval.
+    @Test func aBacklogWorkedOffIsCommittedAtOnceAndSmallRoundsAtTheInterval() throws {
+        let interval = Duration.seconds(1)
+        var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
+        ledger.assign([p0, p1], generation: 1)
+        for offset in 0..<600 {
+            _ = ledger.register(source(0, Int64(offset)), now: start)
+            _ = ledger.register(source(1, Int64(offset)), now: start)
+        }
+        ledger.finish(source(0, 0))
+        #expect(ledger.scheduleCommit(now: start) == start, "the first commit is due at once")
+        let first = try #require(ledger.commitIfDue(now: start).order)
+        _ = ledger.commitAnswered(first, failure: nil, now: start)
+
+        let later = start + .milliseconds(200)
+        _ = ledger.finish((1..<600).map { source(0, Int64($0)) })
+        _ = ledger.finish((0..<599).map { source(1, Int64($0)) })
+        #expect(ledger.scheduleCommit(now: later) == start + interval, "records still unfinished: the interval holds")
+        ledger.finish(source(1, 599))
+        #expect(ledger.scheduleCommit(now: later) == later, "caught up with 1,199 uncommitted: due at once")
+        let caughtUp = try #require(ledger.commitIfDue(now: later).order)
+        #expect(caughtUp.offsets == [TopicPartitionOffset(p0, offset: 600), TopicPartitionOffset(p1, offset: 600)])
+        _ = ledger.commitAnswered(caughtUp, failure: nil, now: later)
+
+        let round = later + .milliseconds(100)
+        for offset in 600..<700 { _ = ledger.register(source(0, Int64(offset)), now: round) }
+        _ = ledger.finish((600..<700).map { source(0, Int64($0)) })
+        #expect(ledger.unfinishedRecords == 0)
+        #expect(ledger.scheduleCommit(now: round) == later + interval, "caught up with 100 uncommitted: the interval holds")
+        #expect(ledger.commitIfDue(now: round).order == nil)
+        #expect(ledger.commitIfDue(now: later + interval).order?.offsets == [TopicPartitionOffset(p0, offset: 700)])
+    }
+
     /// An answer applies only to the generation its order was made under, and a late answer of
     /// an earlier order never takes the committed offset back.
     @Test func commitAnswersApplyToTheirGenerationAndNeverMoveBack() throws {
-        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
         for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
         ledger.finish(source(0, 0))
@@ -102,7 +137,7 @@ import Testing
     /// assignment; pausing every partition overrides them; each change of the wish is numbered,
     /// and handed out only when a share flipped (or when the caller says it changed).
     @Test func thePauseWishFollowsTheSharesAndIsNumbered() throws {
-        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 8)
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 8, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
         #expect(ledger.share == 4)
         for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
@@ -133,7 +168,7 @@ import Testing
     /// Work under way learns that its partition's generation ended from the flag it was handed,
     /// without asking the ledger: set when the revoke begins, or when the partition is assigned anew.
     @Test func workUnderWayLearnsOfARevokeFromItsFlag() {
-        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
         let onP0 = ledger.beginWork(on: [PartitionGeneration(p0, 1)])
         let onP1 = ledger.beginWork(on: [PartitionGeneration(p1, 1)])
@@ -150,7 +185,7 @@ import Testing
     /// A revoke stops new work on its partitions, counts the work under way and hands back the
     /// final offset.
     @Test func aRevokeEndsOwnershipAndReturnsTheFinalOffset() {
-        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100)
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
         _ = ledger.register(source(0, 0), now: start)
         _ = ledger.register(source(0, 1), now: start)

@@ -13,6 +13,8 @@ struct PartitionLedger {
 
     let commitInterval: Duration
     let maximumPendingRecords: Int
+    /// Unfinished records from which a burst (a cold start, a backlog) counts.
+    let burstRecords: Int
     private var partitions: [TopicPartition: PartitionProgress] = [:]
     /// Unfinished records on all partitions, kept up to date rather than summed per event.
     private(set) var unfinishedRecords = 0
@@ -35,9 +37,10 @@ struct PartitionLedger {
     /// Partitions whose share flipped since the last wish was handed out, and which way.
     private var flips: [TopicPartition: Bool] = [:]
 
-    init(commitInterval: Duration, maximumPendingRecords: Int) {
+    init(commitInterval: Duration, maximumPendingRecords: Int, burstRecords: Int) {
         self.commitInterval = commitInterval
         self.maximumPendingRecords = maximumPendingRecords
+        self.burstRecords = burstRecords
     }
 
     // MARK: Assignment
@@ -141,7 +144,7 @@ struct PartitionLedger {
 
     /// A burst begins at `burstRecords` unfinished records and has drained once a tenth of
     /// that is left: true once when it has, so that the memory it took can go back to the system.
-    mutating func burstDrained(burstRecords: Int) -> Bool {
+    mutating func burstDrained() -> Bool {
         if !burstUnderWay, unfinishedRecords >= burstRecords {
             burstUnderWay = true
         } else if burstUnderWay, unfinishedRecords <= burstRecords / 10 {
@@ -229,13 +232,22 @@ struct PartitionLedger {
     }
 
     /// Something finished: a commit is due one interval after the last one was ordered (at once
-    /// when that is past), unless one is due already. Returns the due time when the timer must
-    /// hear of it (no commit awaits its answer).
+    /// when that is past, or when the relay caught up after a burst), unless one is due sooner
+    /// already. Returns the due time when the timer must hear of it (no commit awaits its answer).
     mutating func scheduleCommit(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        guard commitDue == nil else { return nil }
-        let due = lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        let due = caughtUpAfterBurst ? now : lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        if let scheduled = commitDue, scheduled <= due { return nil }
         commitDue = due
         return commitUnderWay == nil ? due : nil
+    }
+
+    /// Every record taken in finished, and at least a burst's worth of them waits for a commit:
+    /// a backlog or a cold start was just worked off. Committed at once rather than at the
+    /// interval, the group's lag shows the relay caught up as soon as it did, and a restart
+    /// then replays none of it. The steady state rarely holds a burst's worth uncommitted, so
+    /// it keeps committing at the interval.
+    private var caughtUpAfterBurst: Bool {
+        unfinishedRecords == 0 && uncommittedRecords >= Int64(burstRecords)
     }
 
     /// Orders a commit when one is due and none is awaited; a commit unanswered for

@@ -53,7 +53,8 @@ public struct PipelineState<Waiter> {
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
         self.limits = limits
-        self.ledger = PartitionLedger(commitInterval: limits.commitInterval, maximumPendingRecords: limits.maximumPendingRecords)
+        self.ledger = PartitionLedger(commitInterval: limits.commitInterval, maximumPendingRecords: limits.maximumPendingRecords,
+                                      burstRecords: limits.burstRecords)
         self.vehicles = VehicleScheduler(pastLocations: limits.pastLocations, minimumInterval: limits.minimumInterval,
                                          holdsPartialRequests: limits.holdsPartialRequests)
         self.vehicles.keepsPlaceOnThrottle = limits.learnedRate != nil
@@ -385,7 +386,7 @@ public struct PipelineState<Waiter> {
         serveLetterWriters(&actions)
         // A burst begins at `burstRecords` unfinished records and has drained once a tenth of
         // that is left: reported once, so that the memory it took can go back to the system.
-        if ledger.burstDrained(burstRecords: limits.burstRecords) { actions.burstDrained = true }
+        if ledger.burstDrained() { actions.burstDrained = true }
         if vehicles.vehiclesFailing != announcedVehiclesFailing {
             announcedVehiclesFailing = vehicles.vehiclesFailing
             actions.vehiclesFailing = announcedVehiclesFailing
