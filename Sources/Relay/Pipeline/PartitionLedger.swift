@@ -108,9 +108,10 @@ struct PartitionLedger {
     }
 
     /// Records finished together; false when none was of a partition's current generation.
-    mutating func finish(_ sources: some Sequence<RecordSource>) -> Bool {
+    /// Each is read in place: iterating the array would copy every source, retaining its bytes.
+    mutating func finish(_ sources: some Collection<RecordSource>) -> Bool {
         var anyFinished = false
-        for source in sources where finish(source) { anyFinished = true }
+        for index in sources.indices where finish(sources[index]) { anyFinished = true }
         return anyFinished
     }
 

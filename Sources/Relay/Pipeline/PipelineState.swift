@@ -289,7 +289,7 @@ public struct PipelineState<Waiter> {
 
     /// Records finished (a request's together): each partition's share is checked and the commit
     /// scheduled once for all of them, not once per record (a backlog's request carries a hundred).
-    private mutating func finish(_ sources: some Sequence<RecordSource>, of partitions: some Sequence<TopicPartition>,
+    private mutating func finish(_ sources: some Collection<RecordSource>, of partitions: some Sequence<TopicPartition>,
                                  now: ContinuousClock.Instant, _ actions: inout Actions) {
         guard ledger.finish(sources) else { return }
         for partition in partitions { updateShare(partition) }
