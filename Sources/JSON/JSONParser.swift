@@ -71,15 +71,15 @@ public struct JSONParser {
         try parse(Array(text.utf8))
     }
 
-    private let buffer: UnsafeBufferPointer<UInt8>
-    private var position = 0
-    private var depth = 0
+    let buffer: UnsafeBufferPointer<UInt8>
+    var position = 0
+    var depth = 0
 
-    private init(buffer: UnsafeBufferPointer<UInt8>) {
+    init(buffer: UnsafeBufferPointer<UInt8>) {
         self.buffer = buffer
     }
 
-    private mutating func parseDocument() throws(JSONParseError) -> JSONValue {
+    mutating func parseDocument() throws(JSONParseError) -> JSONValue {
         skipWhitespace()
         let value = try parseValue()
         skipWhitespace()
@@ -87,11 +87,11 @@ public struct JSONParser {
         return value
     }
 
-    private func error(_ message: String) -> JSONParseError {
+    func error(_ message: String) -> JSONParseError {
         JSONParseError(message: message, offset: position)
     }
 
-    private mutating func skipWhitespace() {
+    mutating func skipWhitespace() {
         while position < buffer.count {
             switch buffer[position] {
             case 0x20, 0x09, 0x0A, 0x0D: position += 1
@@ -100,7 +100,7 @@ public struct JSONParser {
         }
     }
 
-    private mutating func parseValue() throws(JSONParseError) -> JSONValue {
+    mutating func parseValue() throws(JSONParseError) -> JSONValue {
         guard position < buffer.count else { throw error("unexpected end of input") }
         switch buffer[position] {
         case UInt8(ascii: "{"): return try parseObject()
@@ -123,7 +123,7 @@ public struct JSONParser {
         position += count
     }
 
-    private mutating func enterContainer() throws(JSONParseError) {
+    mutating func enterContainer() throws(JSONParseError) {
         depth += 1
         if depth > Self.maximumDepth { throw error("nesting deeper than \(Self.maximumDepth)") }
         position += 1
@@ -174,7 +174,7 @@ public struct JSONParser {
         }
     }
 
-    private mutating func consume(_ byte: UInt8) -> Bool {
+    mutating func consume(_ byte: UInt8) -> Bool {
         guard position < buffer.count, buffer[position] == byte else { return false }
         position += 1
         return true
@@ -184,7 +184,7 @@ public struct JSONParser {
 
     /// A key's position among `fields`, nil for any other key. A key without escapes (every
     /// key, in practice) is matched as the bytes it is; one with escapes is decoded first.
-    private mutating func parseFieldIndex(in fields: JSONFieldNames) throws(JSONParseError) -> Int? {
+    mutating func parseFieldIndex(in fields: JSONFieldNames) throws(JSONParseError) -> Int? {
         let opening = position
         position += 1
         while position < buffer.count {
@@ -203,7 +203,7 @@ public struct JSONParser {
         return key.withUnsafeBufferPointer { fields.index(of: $0) }
     }
 
-    private mutating func parseString() throws(JSONParseError) -> String {
+    mutating func parseString() throws(JSONParseError) -> String {
         position += 1  // opening quote
         let start = position
         // Fast path: no escapes, so the string is a slice of the input.
@@ -316,7 +316,7 @@ public struct JSONParser {
 
     // MARK: Numbers
 
-    private mutating func parseNumber() throws(JSONParseError) -> Double {
+    mutating func parseNumber() throws(JSONParseError) -> Double {
         let start = position
         _ = consume(UInt8(ascii: "-"))
         if consume(UInt8(ascii: "0")) {
