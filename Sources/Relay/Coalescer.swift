@@ -16,9 +16,20 @@ public struct CoalescedRequest: Sendable {
     /// Earlier attempts of the vehicle that failed transiently, and since when: drive the
     /// backoff before the next try and the retry deadline.
     public internal(set) var retryAttempts = 0
-    public internal(set) var failingSince: ContinuousClock.Instant?
+    public internal(set) var failingSince: ContinuousClock.Instant? {
+        get { failingSinceMoment?.instant }
+        set { failingSinceMoment = newValue.map(Moment.init) }
+    }
     /// When the state machine handed the attempt to a worker.
-    public internal(set) var startedAt: ContinuousClock.Instant?
+    public internal(set) var startedAt: ContinuousClock.Instant? {
+        get { startedAtMoment?.instant }
+        set { startedAtMoment = newValue.map(Moment.init) }
+    }
+    /// The times above, stored as `Moment`s: `ContinuousClock.Instant` is resilient, so a
+    /// struct holding one has a layout known only at run time, and each of the copies a
+    /// request goes through on its way calls through its value witnesses.
+    private var failingSinceMoment: Moment?
+    private var startedAtMoment: Moment?
     /// Set by the state when a partition of the request's records is revoked or reassigned:
     /// the forwarder sends nothing more then.
     public internal(set) var revocations: [Revocation] = []

@@ -21,9 +21,9 @@ import Testing
     @Test func anOffsetIsCommittableOnlyBelowTheLowestUnfinishedRecord() {
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
-        let taken = (0..<5).map { ledger.register(source(0, Int64($0)), now: start) }
+        let taken = (0..<5).map { ledger.register(source(0, Int64($0)), at: Moment(start)) }
         #expect(taken.allSatisfy { $0 })
-        let again = ledger.register(source(0, 3), now: start)
+        let again = ledger.register(source(0, 3), at: Moment(start))
         #expect(!again, "a record fetched twice is taken in once")
         ledger.finish(source(0, 0))
         ledger.finish(source(0, 2))
@@ -43,7 +43,7 @@ import Testing
             var progress = PartitionProgress(generation: 1)
             let count = 2_000
             for offset in 0..<Int64(count) {
-                let registered = progress.register(offset + 10, at: start)
+                let registered = progress.register(offset + 10, at: Moment(start))
                 #expect(registered)
             }
             // One record stays unfinished for most of the round, as a stuck one would.
@@ -79,8 +79,8 @@ import Testing
         var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
         for offset in 0..<600 {
-            _ = ledger.register(source(0, Int64(offset)), now: start)
-            _ = ledger.register(source(1, Int64(offset)), now: start)
+            _ = ledger.register(source(0, Int64(offset)), at: Moment(start))
+            _ = ledger.register(source(1, Int64(offset)), at: Moment(start))
         }
         ledger.finish(source(0, 0))
         #expect(ledger.scheduleCommit(now: start) == start, "the first commit is due at once")
@@ -98,7 +98,7 @@ import Testing
         _ = ledger.commitAnswered(caughtUp, failure: nil, now: later)
 
         let round = later + .milliseconds(100)
-        for offset in 600..<700 { _ = ledger.register(source(0, Int64(offset)), now: round) }
+        for offset in 600..<700 { _ = ledger.register(source(0, Int64(offset)), at: Moment(round)) }
         _ = ledger.finish((600..<700).map { source(0, Int64($0)) })
         #expect(ledger.unfinishedRecords == 0)
         #expect(ledger.scheduleCommit(now: round) == later + interval, "caught up with 100 uncommitted: the interval holds")
@@ -111,7 +111,7 @@ import Testing
     @Test func commitAnswersApplyToTheirGenerationAndNeverMoveBack() throws {
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
-        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
+        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), at: Moment(start)) }
         ledger.finish(source(0, 0))
         let due = ledger.scheduleCommit(now: start)
         #expect(due == start)
@@ -127,7 +127,7 @@ import Testing
         #expect(ledger.lastCommittedOffsets[p0] == 2, "the earlier order's late answer changes nothing")
 
         ledger.assign([p0], generation: 2)
-        _ = ledger.register(source(0, 4, generation: 2), now: start)
+        _ = ledger.register(source(0, 4, generation: 2), at: Moment(start))
         _ = ledger.commitAnswered(CommitOrder(id: 9, offsets: [TopicPartitionOffset(p0, offset: 3)], generations: [p0: 1]),
                                   failure: nil, now: start + limit)
         #expect(ledger.lastCommittedOffsets[p0] == nil, "an answer for the earlier generation says nothing of this one")
@@ -140,7 +140,7 @@ import Testing
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 8, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
         #expect(ledger.share == 4)
-        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), now: start) }
+        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset)), at: Moment(start)) }
         ledger.updateShare(p0)
         ledger.updateShare(p1)
         let announced = ledger.pauseChange(always: false, recordsWait: false)
@@ -187,8 +187,8 @@ import Testing
     @Test func aRevokeEndsOwnershipAndReturnsTheFinalOffset() {
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0], generation: 1)
-        _ = ledger.register(source(0, 0), now: start)
-        _ = ledger.register(source(0, 1), now: start)
+        _ = ledger.register(source(0, 0), at: Moment(start))
+        _ = ledger.register(source(0, 1), at: Moment(start))
         ledger.beginWork(on: [PartitionGeneration(p0, 1)])
         ledger.beginRevoke([p0])
         #expect(!ledger.owns(source(0, 1)))

@@ -49,7 +49,7 @@ public struct LearnedRate: Sendable {
     private struct Cut {
         let ceiling: Double
         let rate: Double
-        let at: ContinuousClock.Instant
+        let at: Moment
         /// Seconds after the cut at which the growth is back at the ceiling.
         let plateau: Double
     }
@@ -57,19 +57,21 @@ public struct LearnedRate: Sendable {
     public let settings: Settings
     private var admitted: AdmittedRateMeter
     private var cut: Cut?
-    private var pacingSince: ContinuousClock.Instant?
-    private var lastThrottled: ContinuousClock.Instant?
-    private var lastHeld: ContinuousClock.Instant?
+    // Times as `Moment`s, so that the rate is of fixed layout: `Pacing` reads it before every
+    // attempt, and a copy of a struct holding a `ContinuousClock.Instant` goes through value witnesses.
+    private var pacingSince: Moment?
+    private var lastThrottled: Moment?
+    private var lastHeld: Moment?
 
     public init(settings: Settings = Settings(), now: ContinuousClock.Instant) {
         self.settings = settings
-        self.admitted = AdmittedRateMeter(window: settings.window, now: now)
+        self.admitted = AdmittedRateMeter(window: settings.window, now: Moment(now))
     }
 
     /// Requests per second allowed now; nil while not pacing.
     public func rate(now: ContinuousClock.Instant) -> Double? {
         guard let cut else { return nil }
-        let offset = (now - cut.at).inSeconds - cut.plateau
+        let offset = (Moment(now) - cut.at).inSeconds - cut.plateau
         return max(settings.minimum, cut.ceiling + settings.growth * offset * offset * offset)
     }
 
@@ -77,25 +79,26 @@ public struct LearnedRate: Sendable {
     /// other than 429, and `throttled` says whether one was answered 429.
     public mutating func attemptEnded(admitted count: Int, throttled: Bool, startedAt: ContinuousClock.Instant,
                                       now: ContinuousClock.Instant) -> Change? {
-        admitted.add(count, now: now)
-        guard throttled else { return endIfQuiet(now: now) }
-        lastThrottled = now
-        if let cut, startedAt <= cut.at { return nil }
-        let admittedRate = admitted.rate(now: now)
+        let moment = Moment(now)
+        admitted.add(count, now: moment)
+        guard throttled else { return endIfQuiet(now: moment) }
+        lastThrottled = moment
+        if let cut, Moment(startedAt) <= cut.at { return nil }
+        let admittedRate = admitted.rate(now: moment)
         let next = max(settings.minimum, min(rate(now: now) ?? .infinity, admittedRate * settings.decrease))
         let ceiling = max(admittedRate, next)
-        cut = Cut(ceiling: ceiling, rate: next, at: now, plateau: cbrt((ceiling - next) / settings.growth))
+        cut = Cut(ceiling: ceiling, rate: next, at: moment, plateau: cbrt((ceiling - next) / settings.growth))
         guard pacingSince == nil else { return nil }
-        pacingSince = now
+        pacingSince = moment
         return .began(rate: next)
     }
 
     /// A request waited for a token of the rate: the rate holds the relay back.
     public mutating func held(now: ContinuousClock.Instant) {
-        lastHeld = now
+        lastHeld = Moment(now)
     }
 
-    private mutating func endIfQuiet(now: ContinuousClock.Instant) -> Change? {
+    private mutating func endIfQuiet(now: Moment) -> Change? {
         guard let since = pacingSince, let lastThrottled, now - lastThrottled >= settings.quietPeriod,
               lastHeld.map({ now - $0 >= settings.quietPeriod }) ?? true else { return nil }
         (cut, pacingSince) = (nil, nil)
@@ -107,32 +110,32 @@ public struct LearnedRate: Sendable {
 struct AdmittedRateMeter: Sendable {
     private static let slots = 20
     private let slotLength: Duration
-    private let origin: ContinuousClock.Instant
+    private let origin: Moment
     private var counts: [Int]
     /// The slot (counted from `origin`) the newest count fell in.
     private var current = 0
 
-    init(window: Duration, now: ContinuousClock.Instant) {
+    init(window: Duration, now: Moment) {
         slotLength = window / Self.slots
         origin = now
         counts = Array(repeating: 0, count: Self.slots)
     }
 
-    mutating func add(_ count: Int, now: ContinuousClock.Instant) {
+    mutating func add(_ count: Int, now: Moment) {
         advance(to: slot(at: now))
         counts[current % Self.slots] += count
     }
 
     /// Admitted per second over the window up to `now` (over less since the first count, when
     /// the meter is younger than its window).
-    mutating func rate(now: ContinuousClock.Instant) -> Double {
+    mutating func rate(now: Moment) -> Double {
         advance(to: slot(at: now))
         let intoCurrent = (now - origin) - slotLength * current
         let span = min(now - origin, slotLength * (Self.slots - 1) + intoCurrent).inSeconds
         return span > 0 ? Double(counts.reduce(0, +)) / span : 0
     }
 
-    private func slot(at now: ContinuousClock.Instant) -> Int { max(0, Int((now - origin) / slotLength)) }
+    private func slot(at now: Moment) -> Int { max(0, Int((now - origin) / slotLength)) }
 
     private mutating func advance(to slot: Int) {
         guard slot > current else { return }

@@ -93,7 +93,7 @@ struct PartitionLedger {
     // MARK: Records and work
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
-    mutating func register(_ source: RecordSource, now: ContinuousClock.Instant) -> Bool {
+    mutating func register(_ source: RecordSource, at now: Moment) -> Bool {
         guard let index = owned(source), partitions.values[index].register(source.offset, at: now) else { return false }
         unfinishedRecords += 1
         return true

@@ -101,9 +101,10 @@ public struct PipelineState<Waiter> {
         var actions = Actions()
         var taken = RecordsTakenIn()
         guard !intakeClosed else { return (actions, taken) }
+        let registeredAt = Moment(now)
         for record in records {
             let source = record.source
-            guard ledger.register(source, now: now) else { continue }
+            guard ledger.register(source, at: registeredAt) else { continue }
             taken.perPartition[source.topicPartition, default: 0] += 1
             switch record {
             case .fix(let fix):

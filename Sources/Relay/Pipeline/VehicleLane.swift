@@ -79,7 +79,9 @@ struct VehicleLane {
 }
 
 /// An instant in 8 bytes: nanoseconds since the first moment taken in the process (±292 years).
-struct Moment {
+/// Also of fixed layout, unlike `ContinuousClock.Instant`, which the standard library keeps
+/// resilient: a struct holding one is laid out at run time and copied through value witnesses.
+struct Moment: Comparable {
     private static let origin = ContinuousClock.now
     private let nanoseconds: Int64
 
@@ -89,4 +91,8 @@ struct Moment {
     }
 
     var instant: ContinuousClock.Instant { Self.origin + .nanoseconds(nanoseconds) }
+
+    static func < (earlier: Moment, later: Moment) -> Bool { earlier.nanoseconds < later.nanoseconds }
+
+    static func - (later: Moment, earlier: Moment) -> Duration { .nanoseconds(later.nanoseconds - earlier.nanoseconds) }
 }
