@@ -28,6 +28,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Fixes per vehicle in the backlog.")
     var drainFixesPerVehicle = 100
 
+    @Option(help: "Backlog drains per transport (and per build, with a baseline), each of a fresh backlog, the builds taking turns; the table reports each figure's median. One drain's CPU per event varies by about ±10 % from run to run.")
+    var drainRounds = 1
+
     @Option(help: "Vehicles in each input format's backlog.")
     var formatVehicles = 1000
 
@@ -111,6 +114,42 @@ struct BenchCommand: AsyncParsableCommand {
         }
     }
 
+    /// The backlog drains, `drainRounds` of them per transport, each of a fresh backlog: the
+    /// baseline drains one of its own vehicles (the emulator would find the other's fixes
+    /// already held, and send nothing) just before this build's. No vehicle id prefix is the
+    /// start of another's: a drain is over when every vehicle of its prefix holds its newest
+    /// fix. Returns this build's median relay CPU per transport.
+    private func drainRounds(_ runs: [Scenarios], first: Scenarios.Backlog, consumeCeiling: Double, requestCeilings: [Double],
+                             report: inout Report) async throws -> [Transport: Double] {
+        var rounds: [Report] = []
+        var cpu: [Transport: [Double]] = [:]
+        for round in 1...max(1, drainRounds) {
+            let suffix = round == 1 ? "" : "-\(round)"
+            let backlog = round == 1 ? first : try await runs[0].produceBacklog(
+                topic: "bench-drain\(suffix)", vehicles: drainVehicles, fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain\(suffix)-")
+            let baselineBacklog = baselineRelayBinary == nil ? nil : try await runs[0].produceBacklog(
+                topic: "bench-drain-baseline\(suffix)", vehicles: drainVehicles, fixesPerVehicle: drainFixesPerVehicle,
+                idPrefix: "baseline-drain\(suffix)-")
+            var roundReport = Report()
+            for (run, ceiling) in zip(runs, requestCeilings) {
+                let title = "2. backlog drain over \(run.transport.title)" + (drainRounds > 1 ? ", round \(round) of \(drainRounds)" : "")
+                if let baselineRelayBinary, let baselineBacklog {
+                    say(title + ", baseline build")
+                    try await run.baseline(baselineRelayBinary).backlogDrain(baselineBacklog, consumeCeiling: consumeCeiling,
+                                                                             requestCeiling: ceiling, report: &roundReport)
+                }
+                say(title)
+                cpu[run.transport, default: []].append(
+                    try await run.backlogDrain(backlog, consumeCeiling: consumeCeiling, requestCeiling: ceiling, report: &roundReport))
+            }
+            rounds.append(roundReport)
+        }
+        report.addMedians(of: rounds)
+        if drainRounds > 1 { report.notes.append("Backlog drain figures are medians of \(drainRounds) drains per build and transport.") }
+        for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, "backlog drain", Self.drainComparisons, &report) }
+        return cpu.mapValues(Report.median)
+    }
+
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
         case ceilings, drain, warm, steady, formats, replay, quota
         static func < (a: Stage, b: Stage) -> Bool { a.order < b.order }
@@ -152,24 +191,8 @@ struct BenchCommand: AsyncParsableCommand {
             var drainCPU: [Transport: Double] = [:]
             var warmCPU: [Transport: Double] = [:]
             if until >= .drain, from <= .drain {
-                // The baseline drains a backlog of its own vehicles: the emulator would find the
-                // other's fixes already held, and send nothing.
-                var baselineBacklog: Scenarios.Backlog?
-                if baselineRelayBinary != nil {
-                    baselineBacklog = try await runs[0].produceBacklog(topic: "bench-drain-baseline", vehicles: drainVehicles,
-                                                                       fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain-baseline-")
-                }
-                for (run, ceiling) in zip(runs, requestCeilings) {
-                    if let baselineRelayBinary, let baselineBacklog {
-                        say("2. backlog drain over \(run.transport.title), baseline build")
-                        try await run.baseline(baselineRelayBinary).backlogDrain(baselineBacklog, consumeCeiling: consume,
-                                                                                 requestCeiling: ceiling, report: &report)
-                    }
-                    say("2. backlog drain over \(run.transport.title)")
-                    drainCPU[run.transport] = try await run.backlogDrain(backlog, consumeCeiling: consume, requestCeiling: ceiling,
-                                                                          report: &report)
-                    if baselineRelayBinary != nil { compareWithBaseline(run, "backlog drain", Self.drainComparisons, &report) }
-                }
+                drainCPU = try await drainRounds(runs, first: backlog, consumeCeiling: consume, requestCeilings: requestCeilings,
+                                                 report: &report)
             }
             if until >= .warm, from <= .warm {
                 for (run, ceiling) in zip(runs, requestCeilings) {

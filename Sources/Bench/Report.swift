@@ -22,6 +22,23 @@ struct Report {
         say("  \(figure): \(Self.format(value)) \(unit)" + (ratio.map { " (\(Self.percent($0)) of \(ceiling ?? "ceiling"))" } ?? ""))
     }
 
+    /// Each figure of the first report, at the median of its values (and ratios) in all of them:
+    /// the same scenario run several times.
+    mutating func addMedians(of reports: [Report]) {
+        guard let first = reports.first else { return }
+        for row in first.rows {
+            let same = reports.flatMap { $0.rows.filter { $0.scenario == row.scenario && $0.figure == row.figure } }
+            rows.append(Row(scenario: row.scenario, figure: row.figure, value: Self.median(same.map(\.value)), unit: row.unit,
+                            ratio: row.ratio.map { _ in Self.median(same.compactMap(\.ratio)) }, ratioOf: row.ratioOf))
+        }
+    }
+
+    static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return .nan }
+        return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+    }
+
     /// The value of a figure reported in a section (the first, when several were).
     func value(of figure: String, in scenario: String) -> Double? {
         rows.first { $0.scenario == scenario && $0.figure == figure }?.value
