@@ -97,11 +97,11 @@ private struct UpdateDocument {
 
 /// One `VehicleLocation`'s members as they were read; judged by `time(field:)`.
 private struct LocationFacts {
-    static let fields = JSONFieldNames(
-        ["location", "supplementalLocation", "updateTime", "supplementalLocationTime", "heading"]
-            + UpdateBodyValidator.forbiddenFields + UpdateBodyValidator.numericFields)
+    /// Read by position in `take`; the forbidden and the numeric fields follow them.
+    static let checkedFields = ["location", "supplementalLocation", "updateTime", "supplementalLocationTime", "heading"]
+    static let fields = JSONFieldNames(checkedFields + UpdateBodyValidator.forbiddenFields + UpdateBodyValidator.numericFields)
     static let pointFields = JSONFieldNames(["latitude", "longitude"])
-    static let firstForbidden = 5
+    static let firstForbidden = checkedFields.count
     static let firstNumeric = firstForbidden + UpdateBodyValidator.forbiddenFields.count
 
     /// Whether `location` / `supplementalLocation` hold a LatLng in range; nil when absent.
