@@ -56,7 +56,9 @@ public struct ConcurrencyLimit: Sendable {
     public let settings: Settings
     /// Fractional, so that one success adds 1/limit: one whole step per round of attempts.
     private var window: Double
-    private var lastDecrease: ContinuousClock.Instant?
+    // Times as `Moment`s: the limit is copied out and back at every attempt's end, and a
+    // `ContinuousClock.Instant` (resilient) would make each copy a call through value witnesses.
+    private var lastDecrease: Moment?
     /// Slow and fast moving averages of answered latency, in seconds.
     private var baselineLatency: Double?
     private var recentLatency: Double?
@@ -64,8 +66,8 @@ public struct ConcurrencyLimit: Sendable {
     /// Attempts and overloaded ones in the current round (about `limit` attempts).
     private var roundAttempts = 0
     private var roundOverloaded = 0
-    private var lastDecreaseCause: ContinuousClock.Instant?
-    private var overloadSince: ContinuousClock.Instant?
+    private var lastDecreaseCause: Moment?
+    private var overloadSince: Moment?
 
     public init(settings: Settings) {
         self.settings = settings
@@ -81,6 +83,7 @@ public struct ConcurrencyLimit: Sendable {
     /// was under way; only then does a success show that more would be sustained.
     public mutating func record(_ signal: Signal, startedAt: ContinuousClock.Instant, saturated: Bool,
                                 now: ContinuousClock.Instant) -> Change? {
+        let (startedAt, now) = (Moment(startedAt), Moment(now))
         var change: Change?
         let overloadedRound = signal != .neutral && countRound(overloaded: signal == .overloaded)
         switch signal {
@@ -102,7 +105,7 @@ public struct ConcurrencyLimit: Sendable {
 
     /// Multiplicative decrease, at most once per round: attempts that started before the last
     /// decrease were sent at the old limit and say nothing about the new one.
-    private mutating func decrease(startedAt: ContinuousClock.Instant, now: ContinuousClock.Instant, cause: DecreaseCause) -> Change? {
+    private mutating func decrease(startedAt: Moment, now: Moment, cause: DecreaseCause) -> Change? {
         lastDecreaseCause = now
         if let lastDecrease, startedAt <= lastDecrease { return nil }
         lastDecrease = now
@@ -112,11 +115,11 @@ public struct ConcurrencyLimit: Sendable {
         return .overloadBegan(limit: limit, cause: cause)
     }
 
-    private func recentlyOverloaded(now: ContinuousClock.Instant) -> Bool {
+    private func recentlyOverloaded(now: Moment) -> Bool {
         lastDecreaseCause.map { now - $0 < settings.quietPeriod } ?? false
     }
 
-    private mutating func endOverloadIfQuiet(now: ContinuousClock.Instant) -> Change? {
+    private mutating func endOverloadIfQuiet(now: Moment) -> Change? {
         guard let since = overloadSince, !recentlyOverloaded(now: now) else { return nil }
         overloadSince = nil
         return .overloadEnded(lasted: now - since, limit: limit)
