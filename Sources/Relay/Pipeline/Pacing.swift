@@ -20,11 +20,11 @@ struct Pacing {
     /// Paces at the lower of the ceiling and the learnt rate; nil while neither paces.
     private var budget: RequestBudget?
     /// When the request budget next has a token, while a ready vehicle waits for one.
-    private(set) var budgetDue: ContinuousClock.Instant?
+    @StoredAsMoment private(set) var budgetDue: ContinuousClock.Instant? = nil
     /// The learnt rate last reported (0: not pacing).
     private var reportedRate = 0.0
     /// Since when Fleet Engine fails for most vehicles, while it does.
-    private var outageSince: ContinuousClock.Instant?
+    @StoredAsMoment private var outageSince: ContinuousClock.Instant? = nil
 
     init(concurrency: ConcurrencyLimit.Settings?, learnedRate: LearnedRate.Settings?, maximumRequestsPerSecond: Double?,
          now: ContinuousClock.Instant) {

@@ -19,10 +19,10 @@ struct PartitionLedger {
     /// Unfinished records on all partitions, kept up to date rather than summed per event.
     private(set) var unfinishedRecords = 0
     /// When finished offsets are next committed; nil while nothing waits to be committed.
-    private var commitDue: ContinuousClock.Instant?
+    @StoredAsMoment private var commitDue: ContinuousClock.Instant? = nil
     /// The commit ordered last, while its answer is awaited, and when it counts as failed.
-    private var commitUnderWay: (order: CommitOrder, answerBy: ContinuousClock.Instant)?
-    private var lastCommitOrderedAt: ContinuousClock.Instant?
+    private var commitUnderWay: (order: CommitOrder, answerBy: Moment)?
+    @StoredAsMoment private var lastCommitOrderedAt: ContinuousClock.Instant? = nil
     private var commitOrders: UInt64 = 0
     /// Every partition is to be paused, whatever its share says (records wait for the Schema
     /// Registry; shutdown).
@@ -256,7 +256,7 @@ struct PartitionLedger {
     /// so a lost answer never stops committing.
     mutating func commitIfDue(now: ContinuousClock.Instant) -> (order: CommitOrder?, failure: String?) {
         var failure: String?
-        if let underWay = commitUnderWay, now >= underWay.answerBy {
+        if let underWay = commitUnderWay, now >= underWay.answerBy.instant {
             commitUnderWay = nil
             failure = "no answer within \(Int(Self.commitAnswerLimit.inSeconds.rounded())) s"
             _ = scheduleCommit(now: now)
@@ -272,7 +272,7 @@ struct PartitionLedger {
                                     ($0.topicPartition, partitions[$0.topicPartition]!.generation)
                                 }))
         lastCommitOrderedAt = now
-        commitUnderWay = (order, now + Self.commitAnswerLimit)
+        commitUnderWay = (order, Moment(now + Self.commitAnswerLimit))
         return (order, failure)
     }
 
@@ -297,7 +297,7 @@ struct PartitionLedger {
 
     /// The next moment the commit schedule needs the timer: the answer limit of the commit under
     /// way (the next one waits for that answer), else the next commit's due time.
-    var nextDeadline: ContinuousClock.Instant? { commitUnderWay?.answerBy ?? commitDue }
+    var nextDeadline: ContinuousClock.Instant? { commitUnderWay?.answerBy.instant ?? commitDue }
 
     // MARK: Observation
 

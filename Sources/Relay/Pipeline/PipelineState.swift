@@ -48,7 +48,8 @@ public struct PipelineState<Waiter> {
     /// Records wait before they can be taken in (their schema cannot be fetched).
     private var recordsWaiting = false
     public private(set) var requestsInFlight = 0
-    private var nextSweep: ContinuousClock.Instant
+    /// A `Moment`, like every time the state holds: see `StoredAsMoment`.
+    private var nextSweep: Moment
     private var announcedVehiclesFailing = 0
 
     public init(limits: Limits, now: ContinuousClock.Instant) {
@@ -60,7 +61,7 @@ public struct PipelineState<Waiter> {
         self.vehicles.keepsPlaceOnThrottle = limits.learnedRate != nil
         self.pacing = Pacing(concurrency: limits.concurrency, learnedRate: limits.learnedRate,
                              maximumRequestsPerSecond: limits.maximumRequestsPerSecond, now: now)
-        self.nextSweep = now + limits.vehicleIdleLimit / 2
+        self.nextSweep = Moment(now + limits.vehicleIdleLimit / 2)
     }
 
     // MARK: Partitions
@@ -330,7 +331,7 @@ public struct PipelineState<Waiter> {
     /// or forgetting idle vehicles. The sweep is always due at some point, so a sleeping timer
     /// never misses the first vehicle.
     public var nextDeadline: ContinuousClock.Instant {
-        [vehicles.nextDue, letters.nextDue, pacing.budgetDue, ledger.nextDeadline].compactMap { $0 }.reduce(nextSweep, min)
+        [vehicles.nextDue, letters.nextDue, pacing.budgetDue, ledger.nextDeadline].compactMap { $0 }.reduce(nextSweep.instant, min)
     }
 
     /// The timer goes to sleep until the returned deadline, or until an event wakes it.
@@ -352,8 +353,8 @@ public struct PipelineState<Waiter> {
         pacing.deadlineReached(now: now)
         var actions = Actions()
         if let due = vehicles.releaseDue(now: now) { wakeTimer(for: due, &actions) }
-        if now >= nextSweep {
-            nextSweep = now + limits.vehicleIdleLimit / 2
+        if now >= nextSweep.instant {
+            nextSweep = Moment(now + limits.vehicleIdleLimit / 2)
             vehicles.forgetIdleVehicles(idleFor: limits.vehicleIdleLimit, now: now)
         }
         orderDueLetters(now: now, &actions)

@@ -13,13 +13,18 @@
 public struct RequestBudget: Sendable {
     public private(set) var rate: Double
     private var tokens: Double
-    private var refilledAt: ContinuousClock.Instant
+    /// Kept as a `Moment`, so that the budget (and the pipeline's state around it) has a fixed layout.
+    private var refilledAtMoment: Moment
+    private var refilledAt: ContinuousClock.Instant {
+        get { refilledAtMoment.instant }
+        set { refilledAtMoment = Moment(newValue) }
+    }
 
     public init(rate: Double, now: ContinuousClock.Instant) {
         precondition(rate > 0)
         self.rate = rate
         self.tokens = Self.burst(at: rate)
-        self.refilledAt = now
+        self.refilledAtMoment = Moment(now)
     }
 
     /// Whether an attempt may start now: a whole token is there.

@@ -96,3 +96,20 @@ struct Moment: Comparable {
 
     static func - (later: Moment, earlier: Moment) -> Duration { .nanoseconds(later.nanoseconds - earlier.nanoseconds) }
 }
+
+/// An optional instant kept as a `Moment`, for the pipeline's state structs: holding a
+/// `ContinuousClock.Instant` (resilient) would lay the whole state out at run time, and reach
+/// every field of it through its metadata.
+@propertyWrapper
+struct StoredAsMoment {
+    private var moment: Moment?
+
+    init(wrappedValue: ContinuousClock.Instant?) {
+        moment = wrappedValue.map(Moment.init)
+    }
+
+    var wrappedValue: ContinuousClock.Instant? {
+        get { moment?.instant }
+        set { moment = newValue.map(Moment.init) }
+    }
+}
