@@ -123,7 +123,7 @@ struct BenchCommand: AsyncParsableCommand {
                              report: inout Report) async throws -> [Transport: Double] {
         var rounds: [Report] = []
         var cpu: [Transport: [Double]] = [:]
-        for round in 1...max(1, drainRounds) {
+        for round in 1...drainRounds {
             let suffix = round == 1 ? "" : "-\(round)"
             let backlog = round == 1 ? first : try await runs[0].produceBacklog(
                 topic: "bench-drain\(suffix)", vehicles: drainVehicles, fixesPerVehicle: drainFixesPerVehicle, idPrefix: "drain\(suffix)-")
@@ -148,6 +148,10 @@ struct BenchCommand: AsyncParsableCommand {
         if drainRounds > 1 { report.notes.append("Backlog drain figures are medians of \(drainRounds) drains per build and transport.") }
         for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, "backlog drain", Self.drainComparisons, &report) }
         return cpu.mapValues(Report.median)
+    }
+
+    func validate() throws {
+        guard drainRounds >= 1 else { throw ValidationError("--drain-rounds must be at least 1") }
     }
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {

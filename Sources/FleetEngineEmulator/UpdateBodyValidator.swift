@@ -68,7 +68,7 @@ private struct UpdateDocument {
     var pastLocations: [LocationFacts?]??
 
     init(_ reader: inout JSONReader) throws {
-        guard try reader.beginObject() else { throw Invalid.notAnObject }
+        guard try reader.beginObject() else { throw NotAnObject() }
         while let member = try reader.nextMember(in: Self.fields) {
             switch member {
             case .field(0):
@@ -92,7 +92,8 @@ private struct UpdateDocument {
         return locations
     }
 
-    enum Invalid: Error { case notAnObject }
+    /// The body's top level is not an object (reported as a malformed body).
+    struct NotAnObject: Error {}
 }
 
 /// One `VehicleLocation`'s members as they were read; judged by `time(field:)`.

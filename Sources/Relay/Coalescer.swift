@@ -27,7 +27,8 @@ public struct CoalescedRequest: Sendable {
     }
     /// The times above, stored as `Moment`s: `ContinuousClock.Instant` is resilient, so a
     /// struct holding one has a layout known only at run time, and each of the copies a
-    /// request goes through on its way calls through its value witnesses.
+    /// request goes through on its way calls through its value witnesses. (Written out rather
+    /// than `@StoredAsMoment`: a public property cannot use the module's internal wrapper.)
     private var failingSinceMoment: Moment?
     private var startedAtMoment: Moment?
     /// Set by the state when a partition of the request's records is revoked or reassigned:

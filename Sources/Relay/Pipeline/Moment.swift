@@ -1,0 +1,35 @@
+/// An instant in 8 bytes: nanoseconds since the first moment taken in the process (±292 years).
+/// Also of fixed layout, unlike `ContinuousClock.Instant`, which the standard library keeps
+/// resilient: a struct holding one is laid out at run time and copied through value witnesses.
+struct Moment: Comparable {
+    private static let origin = ContinuousClock.now
+    private let nanoseconds: Int64
+
+    init(_ instant: ContinuousClock.Instant) {
+        let (seconds, attoseconds) = (instant - Self.origin).components
+        nanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+
+    var instant: ContinuousClock.Instant { Self.origin + .nanoseconds(nanoseconds) }
+
+    static func < (earlier: Moment, later: Moment) -> Bool { earlier.nanoseconds < later.nanoseconds }
+
+    static func - (later: Moment, earlier: Moment) -> Duration { .nanoseconds(later.nanoseconds - earlier.nanoseconds) }
+}
+
+/// An optional instant kept as a `Moment`, for the pipeline's state structs: holding a
+/// `ContinuousClock.Instant` (resilient) would lay the whole state out at run time, and reach
+/// every field of it through its metadata.
+@propertyWrapper
+struct StoredAsMoment {
+    private var moment: Moment?
+
+    init(wrappedValue: ContinuousClock.Instant?) {
+        moment = wrappedValue.map(Moment.init)
+    }
+
+    var wrappedValue: ContinuousClock.Instant? {
+        get { moment?.instant }
+        set { moment = newValue.map(Moment.init) }
+    }
+}
