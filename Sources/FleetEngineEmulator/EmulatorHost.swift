@@ -5,6 +5,24 @@ import HTTPServing
 public protocol EmulatedService: AnyObject, Sendable {
     /// The answer for a request this service serves; nil for paths it does not own.
     func respond(to request: HTTPRequest) async -> HTTPResponse?
+
+    /// The answer when the service can give it without waiting, on the event loop the request
+    /// arrived on (no task, no hop to another thread); what `respond` would answer.
+    func respondAtOnce(to request: HTTPRequest) -> ImmediateAnswer
+}
+
+/// What a service can answer without waiting.
+public enum ImmediateAnswer: Sendable {
+    case answer(HTTPResponse)
+    /// Not a path the service owns.
+    case notOwned
+    /// The service owns the path but must wait to answer (a planned latency): `respond` answers.
+    case mustWait
+}
+
+extension EmulatedService {
+    /// A service answers in a task unless it says otherwise.
+    public func respondAtOnce(to request: HTTPRequest) -> ImmediateAnswer { .mustWait }
 }
 
 /// Serves several emulated services on one port: the Fleet Engine emulator, the
@@ -13,7 +31,18 @@ public enum EmulatorHost {
     public static func start(_ services: [any EmulatedService], host: String = "127.0.0.1", port: Int = 0,
                              options: EmulatorOptions = .init(), path: SilentPath? = nil,
                              serverNames: ServerNames? = nil) async throws -> HTTPServer {
-        try await HTTPServer.start(host: host, port: port, options: options.serverOptions(path: path, serverNames: serverNames)) { request in
+        try await HTTPServer.start(host: host, port: port, options: options.serverOptions(path: path, serverNames: serverNames),
+                                   answeringAtOnce: { request in
+            // The first service owning the path answers, as in the task below.
+            for service in services {
+                switch service.respondAtOnce(to: request) {
+                case .answer(let response): return response
+                case .notOwned: continue
+                case .mustWait: return nil
+                }
+            }
+            return .googleError(404, "NOT_FOUND", "No such resource: \(request.path)")
+        }) { request in
             for service in services {
                 if let response = await service.respond(to: request) { return response }
             }

@@ -180,35 +180,63 @@ public final class FleetEngineEmulator: EmulatedService {
         return await serve(request)
     }
 
+    /// Without a planned latency, every Fleet Engine call is answered on the event loop it
+    /// arrived on: the emulator's cost per request (it shares the machine with the relay in a
+    /// benchmark) is then that of the work alone. Its own `/_emulator/` calls go the task's way.
+    public func respondAtOnce(to request: HTTPRequest) -> ImmediateAnswer {
+        guard !request.path.hasPrefix("/_emulator/") else { return .mustWait }
+        let plan = state.withLock { $0.plan }
+        guard plan.latency == .zero, plan.updateLatency == .zero else {
+            return GRPCCalls.isCall(request) || request.path.hasPrefix("/v1/providers/") ? .mustWait : .notOwned
+        }
+        if GRPCCalls.isCall(request) {
+            state.withLock { $0.statistics.grpcCalls += 1 }
+            switch GRPCCalls.restRequest(for: request) {
+            case .success(let call): return .answer(GRPCCalls.answer(serveAtOnce(call.rest), for: request, updated: call.updated))
+            case .failure(let failure): return .answer(failure.response)
+            }
+        }
+        guard request.path.hasPrefix("/v1/providers/") else { return .notOwned }
+        return .answer(serveAtOnce(request))
+    }
+
+    private func serveAtOnce(_ request: HTTPRequest) -> HTTPResponse {
+        guard request.method != "GET" else { return handle(request) }
+        openUpdate(request)
+        defer { closeUpdate(request) }
+        return handle(request)
+    }
+
     /// A REST request, or the one a gRPC call stands for: faults, latency, then `handle`.
     private func serve(_ request: HTTPRequest) async -> HTTPResponse {
         let plan = state.withLock { $0.plan }
         if plan.latency > .zero { try? await Task.sleep(for: plan.latency) }
         guard request.method != "GET" else { return handle(request) }
-        return await whileOpen(request) {
-            let applyAt = ContinuousClock.now + plan.updateLatency
-            if plan.updateLatency > .zero, await !request.connection.hold(for: plan.updateLatency) {
-                guard plan.appliesAbandonedUpdates else { return .googleError(499, "CANCELLED", "The client went away.") }
-                try? await Task.sleep(until: applyAt)
-                state.withLock { $0.statistics.abandonedUpdatesApplied += 1 }
-            }
-            return handle(request)
+        openUpdate(request)
+        defer { closeUpdate(request) }
+        let applyAt = ContinuousClock.now + plan.updateLatency
+        if plan.updateLatency > .zero, await !request.connection.hold(for: plan.updateLatency) {
+            guard plan.appliesAbandonedUpdates else { return .googleError(499, "CANCELLED", "The client went away.") }
+            try? await Task.sleep(until: applyAt)
+            state.withLock { $0.statistics.abandonedUpdatesApplied += 1 }
         }
+        return handle(request)
     }
 
-    /// Counts an update that arrives while another update of the same vehicle is still open.
-    private func whileOpen(_ request: HTTPRequest, _ body: () async -> HTTPResponse) async -> HTTPResponse {
+    /// An update is open until answered; one arriving while another of the same vehicle is
+    /// open is counted.
+    private func openUpdate(_ request: HTTPRequest) {
         state.withLock { state in
             if state.openUpdates[request.path, default: 0] > 0 { state.statistics.overlappingUpdates += 1 }
             state.openUpdates[request.path, default: 0] += 1
         }
-        defer {
-            state.withLock { state in
-                state.openUpdates[request.path]! -= 1
-                if state.openUpdates[request.path] == 0 { state.openUpdates[request.path] = nil }
-            }
+    }
+
+    private func closeUpdate(_ request: HTTPRequest) {
+        state.withLock { state in
+            state.openUpdates[request.path]! -= 1
+            if state.openUpdates[request.path] == 0 { state.openUpdates[request.path] = nil }
         }
-        return await body()
     }
 
     /// The server it is served on when another started it (`EmulatorHost.start` with other

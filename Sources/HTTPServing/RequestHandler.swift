@@ -18,7 +18,7 @@ final class RequestHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let responder: HTTPResponder
+    private let responder: HTTPResponders
     private let statistics: HTTPServerStatistics
     private let servedProtocol: ServedProtocol
     private var head: HTTPRequestHead?
@@ -26,7 +26,7 @@ final class RequestHandler: ChannelInboundHandler {
     private var tooLarge = false
     private let connection = ClientConnection()
 
-    init(responder: @escaping HTTPResponder, statistics: HTTPServerStatistics, servedProtocol: ServedProtocol) {
+    init(responder: HTTPResponders, statistics: HTTPServerStatistics, servedProtocol: ServedProtocol) {
         self.responder = responder
         self.statistics = statistics
         self.servedProtocol = servedProtocol
@@ -98,20 +98,24 @@ final class RequestHandler: ChannelInboundHandler {
         let isHTTP1 = servedProtocol.isHTTP1
         let keepAlive = !isHTTP1 || head.isKeepAlive
         let version = head.version
+        if tooLarge {
+            body = []
+            return Self.write(.text(413, "request body too large\n"), version: version, keepAlive: keepAlive,
+                              connectionHeader: isHTTP1, context: context)
+        }
+        let request = Self.request(from: head, body: body, connection: connection)
+        body = []
+        if let response = responder.atOnce?(request) {
+            return Self.write(response, version: version, keepAlive: keepAlive, connectionHeader: isHTTP1, context: context)
+        }
         let boundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
         let promise = context.eventLoop.makePromise(of: HTTPResponse.self)
-        if tooLarge {
-            promise.succeed(.text(413, "request body too large\n"))
-        } else {
-            let request = Self.request(from: head, body: body, connection: connection)
-            let responder = self.responder
-            // One task per request bridges the event loop to the async responder. It is not
-            // cancelled when the client goes away: a real server may still apply an update whose
-            // client left, and the emulator shows that (responders that care watch
-            // `request.connection`). Each task ends with its responder, which has no unbounded wait.
-            promise.completeWithTask { await responder(request) }
-        }
-        body = []
+        let responder = self.responder.inTask
+        // One task per request bridges the event loop to the async responder. It is not
+        // cancelled when the client goes away: a real server may still apply an update whose
+        // client left, and the emulator shows that (responders that care watch
+        // `request.connection`). Each task ends with its responder, which has no unbounded wait.
+        promise.completeWithTask { await responder(request) }
         promise.futureResult.whenSuccess { response in
             Self.write(response, version: version, keepAlive: keepAlive, connectionHeader: isHTTP1,
                        context: boundContext.value)
