@@ -75,6 +75,7 @@ struct Scenarios {
         let base: Int64 = 1_600_000_000_000  // 2020: older than every scenario's fixes
         let minted = tokens
         let emulatorCPU = emulator.process.cpuSeconds
+        let clientCPU = processCPUSeconds()
         let started = ContinuousClock.now
         let accepted = await withTaskGroup(of: Int.self) { group in
             for worker in 0..<64 {
@@ -92,11 +93,15 @@ struct Scenarios {
             return await group.reduce(0, +)
         }
         let elapsed = (ContinuousClock.now - started).seconds
+        let clientCPUPerRequest = (processCPUSeconds() - clientCPU) / Double(requests) * 1e6
         await client.shutdown()
         guard accepted == requests else { throw BenchError("the emulator accepted \(accepted) of \(requests) requests") }
         let rate = Double(requests) / elapsed
         report.add("ceiling", section("emulator update requests (pre-minted tokens)"), rate, "requests/s")
         report.add("ceiling", section("emulator CPU per request"), (emulator.process.cpuSeconds - emulatorCPU) / Double(requests) * 1e6, "µs")
+        // The relay's own client with nothing around it: the floor of a request's transport cost.
+        report.add("ceiling", section("client CPU per request (the relay's Fleet Engine client alone, in this process)"),
+                   clientCPUPerRequest, "µs")
         return rate
     }
 

@@ -30,7 +30,9 @@ public struct HTTP1Client: Sendable {
     public func execute(_ request: EgressRequest) async throws -> EgressResponse {
         var outgoing = HTTPClientRequest(url: origin + request.path)
         outgoing.method = HTTPMethod(rawValue: request.method)
-        if let authorization = request.authorization { outgoing.headers.add(name: "authorization", value: authorization) }
+        if let authorization = request.authorization ?? request.bearerToken.map({ "Bearer " + $0 }) {
+            outgoing.headers.add(name: "authorization", value: authorization)
+        }
         if let contentType = request.contentType { outgoing.headers.add(name: "content-type", value: contentType) }
         for header in request.otherHeaders { outgoing.headers.add(name: header.name, value: header.value) }
         if let body = request.body { outgoing.body = .bytes(body) }

@@ -69,6 +69,8 @@ public final class FleetEngineClient: Sendable {
     }
 
     public let configuration: Configuration
+    /// The provider as every request's path holds it.
+    private let encodedProvider: String
     private let transport: Result<Transport, TransportFailure>
     /// Set when the server did not offer `h2` with `--http-version auto`: HTTP/1.1 from then on.
     private let http2Unavailable = Atomic(false)
@@ -81,6 +83,7 @@ public final class FleetEngineClient: Sendable {
 
     public init(configuration: Configuration) {
         self.configuration = configuration
+        self.encodedProvider = URLText.encodeComponent(configuration.provider)
         self.transport = Self.transport(for: configuration)
     }
 
@@ -144,7 +147,7 @@ public final class FleetEngineClient: Sendable {
     /// Sends one update over the configured protocol.
     public func send(_ update: VehicleLocationUpdate, token: String) async -> Response {
         switch configuration.wireProtocol {
-        case .rest: await send(FleetEngineRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
+        case .rest: await send(FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode),
                                token: token)
         case .grpc: await send(GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
                                token: token)
@@ -152,8 +155,8 @@ public final class FleetEngineClient: Sendable {
     }
 
     public func send(_ request: FleetEngineRequest, token: String) async -> Response {
-        let exchange = EgressRequest(method: request.method, path: request.pathAndQuery, authorization: "Bearer " + token,
-                                     contentType: "application/json", body: ByteBuffer(bytes: request.bodyBytes))
+        let exchange = EgressRequest(method: request.method, path: request.pathAndQuery, bearerToken: token,
+                                     contentType: "application/json", body: request.bodyBuffer)
         switch await execute(exchange) {
         case .success(let response):
             let retryAfter = RetryAfter.seconds(from: response.retryAfter)
@@ -189,8 +192,8 @@ public final class FleetEngineClient: Sendable {
     }
 
     private func fetchVehicleOverREST(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
-        let exchange = EgressRequest(method: "GET", path: FleetEngineRequest.vehiclePath(provider: configuration.provider, vehicle: vehicle),
-                                     authorization: "Bearer " + token)
+        let exchange = EgressRequest(method: "GET", path: FleetEngineRequest.vehiclePath(encodedProvider: encodedProvider, vehicle: vehicle),
+                                     bearerToken: token)
         switch await execute(exchange) {
         case .success(let response):
             let body = String(buffer: response.body)
@@ -221,7 +224,7 @@ public final class FleetEngineClient: Sendable {
     }
 
     private func grpcExchange(_ request: GRPCRequest, token: String) -> EgressRequest {
-        EgressRequest(method: "POST", path: request.path, authorization: "Bearer " + token, contentType: "application/grpc",
+        EgressRequest(method: "POST", path: request.path, bearerToken: token, contentType: "application/grpc",
                       otherHeaders: request.otherHeaders(timeout: configuration.requestTimeout), body: request.framedMessage)
     }
 

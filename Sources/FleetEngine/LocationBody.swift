@@ -1,5 +1,6 @@
 import FleetModel
 import JSON
+import NIOCore
 
 /// An update's JSON body (docs/fleet-engine.md): `lastLocation` and, oldest first,
 /// `pastLocations`, each a `VehicleLocation` in the fields of `LocationMode`. It is written in
@@ -13,22 +14,31 @@ enum LocationBody {
     private static let longestLocation = 512
     private static let envelope = 40
 
-    static func bytes(of update: VehicleLocationUpdate, mode: LocationMode) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: envelope + longestLocation * (1 + update.pastLocations.count)) { memory, count in
-            var writer = BodyWriter(memory)
-            writer.raw("{\"lastLocation\":")
-            writer.location(update.lastLocation, mode)
-            if !update.pastLocations.isEmpty {
-                writer.raw(",\"pastLocations\":[")
-                for (index, fix) in update.pastLocations.enumerated() {
-                    if index > 0 { writer.byte(UInt8(ascii: ",")) }
-                    writer.location(fix, mode)
-                }
-                writer.byte(UInt8(ascii: "]"))
-            }
-            writer.byte(UInt8(ascii: "}"))
-            count = writer.written
+    /// The body in a buffer of its own, as it is sent.
+    static func buffer(of update: VehicleLocationUpdate, mode: LocationMode) -> ByteBuffer {
+        let longest = envelope + longestLocation * (1 + update.pastLocations.count)
+        var buffer = ByteBufferAllocator().buffer(capacity: longest)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: longest) { raw in
+            write(update, mode: mode, into: raw.bindMemory(to: UInt8.self))
         }
+        return buffer
+    }
+
+    /// Writes the body into `memory`, which holds its longest form; returns the bytes written.
+    private static func write(_ update: VehicleLocationUpdate, mode: LocationMode, into memory: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        var writer = BodyWriter(memory)
+        writer.raw("{\"lastLocation\":")
+        writer.location(update.lastLocation, mode)
+        if !update.pastLocations.isEmpty {
+            writer.raw(",\"pastLocations\":[")
+            for (index, fix) in update.pastLocations.enumerated() {
+                if index > 0 { writer.byte(UInt8(ascii: ",")) }
+                writer.location(fix, mode)
+            }
+            writer.byte(UInt8(ascii: "]"))
+        }
+        writer.byte(UInt8(ascii: "}"))
+        return writer.written
     }
 }
 

@@ -33,6 +33,21 @@ struct HTTP2FramesTests {
         #expect(headers.allSatisfy { $0.name == "authorization" || $0.indexable != .neverIndexed })
     }
 
+    @Test func aBearerTokenGivenApartIsTheSameNeverIndexedHeaderAsTheWholeValue() throws {
+        let bare = String(token.dropFirst("Bearer ".count))
+        for length in [0, 1, 119, 120, 1_000, 20_000] {  // the value's length prefix past 127 takes more bytes
+            let tokenOfLength = String(bare.prefix(length)) + String(repeating: "x", count: max(0, length - bare.count))
+            var whole = ByteBuffer(), apart = ByteBuffer()
+            RequestHeaderBlock.write(EgressRequest(method: "GET", path: "/", authorization: "Bearer " + tokenOfLength),
+                                     authority: "a", into: &whole)
+            RequestHeaderBlock.write(EgressRequest(method: "GET", path: "/", bearerToken: tokenOfLength), authority: "a", into: &apart)
+            #expect(apart == whole, "token of \(length) bytes")
+        }
+        let headers = try decoded(EgressRequest(method: "GET", path: "/", bearerToken: "t0k3n"))
+        #expect(headers.first(name: "authorization") == "Bearer t0k3n")
+        #expect(headers.first { $0.name == "authorization" }?.indexable == .neverIndexed)
+    }
+
     @Test func aGRPCCallCarriesItsOwnHeadersAndAGetHasNoLength() throws {
         let call = EgressRequest(method: "POST", path: "/maps.fleetengine.v1.VehicleService/UpdateVehicle", authorization: token,
                                  contentType: "application/grpc",

@@ -15,6 +15,8 @@ enum RequestHeaderBlock {
         static let authorization = 23, contentLength = 28, contentType = 31
     }
 
+    private static let bearerScheme = "Bearer "
+
     static func write(_ request: EgressRequest, authority: String, into block: inout ByteBuffer) {
         switch request.method {
         case "POST": writeIndexed(Static.methodPOST, into: &block)
@@ -26,6 +28,11 @@ enum RequestHeaderBlock {
         writeLiteral(nameIndex: Static.path, value: request.path, into: &block)
         if let authorization = request.authorization {
             writeLiteral(nameIndex: Static.authorization, value: authorization, neverIndexed: true, into: &block)
+        } else if let token = request.bearerToken {
+            writeInteger(Static.authorization, prefixBits: 4, pattern: 0x10, into: &block)
+            writeInteger(bearerScheme.utf8.count + token.utf8.count, prefixBits: 7, pattern: 0x00, into: &block)
+            block.writeString(bearerScheme)
+            block.writeString(token)
         }
         if let contentType = request.contentType { writeLiteral(nameIndex: Static.contentType, value: contentType, into: &block) }
         for header in request.otherHeaders { writeLiteral(name: header.name, value: header.value, into: &block) }

@@ -9,16 +9,20 @@ public struct EgressRequest: Sendable {
     /// The whole `Authorization` value. Over HTTP/2 it is sent never-indexed, so a
     /// token is never kept in the connection's header compression tables.
     public var authorization: String?
+    /// A token sent as `Authorization: Bearer <token>`, instead of `authorization`: the scheme
+    /// and the token (about a kilobyte) are written one after the other, never joined in memory.
+    public var bearerToken: String?
     public var contentType: String?
     /// Further headers, in order: gRPC's `te`, `grpc-timeout` and routing parameters.
     public var otherHeaders: [(name: String, value: String)]
     public var body: ByteBuffer?
 
-    public init(method: String, path: String, authorization: String? = nil, contentType: String? = nil,
+    public init(method: String, path: String, authorization: String? = nil, bearerToken: String? = nil, contentType: String? = nil,
                 otherHeaders: [(name: String, value: String)] = [], body: ByteBuffer? = nil) {
         self.method = method
         self.path = path
         self.authorization = authorization
+        self.bearerToken = bearerToken
         self.contentType = contentType
         self.otherHeaders = otherHeaders
         self.body = body
