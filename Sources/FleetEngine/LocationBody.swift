@@ -14,14 +14,14 @@ enum LocationBody {
     private static let longestLocation = 512
     private static let envelope = 40
 
-    /// The body in a buffer of its own, as it is sent.
+    /// The body in a buffer of its own, as it is sent. It is written into scratch memory and
+    /// copied into a buffer of its size: a buffer of the longest form (a kilobyte and more for
+    /// one location) would take a large-chunk path through the allocator on every request.
     static func buffer(of update: VehicleLocationUpdate, mode: LocationMode) -> ByteBuffer {
-        let longest = envelope + longestLocation * (1 + update.pastLocations.count)
-        var buffer = ByteBufferAllocator().buffer(capacity: longest)
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: longest) { raw in
-            write(update, mode: mode, into: raw.bindMemory(to: UInt8.self))
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: envelope + longestLocation * (1 + update.pastLocations.count)) { scratch in
+            let written = write(update, mode: mode, into: scratch)
+            return ByteBuffer(bytes: UnsafeBufferPointer(rebasing: scratch[..<written]))
         }
-        return buffer
     }
 
     /// Writes the body into `memory`, which holds its longest form; returns the bytes written.
