@@ -77,7 +77,7 @@ extension HTTPRequest {
 
     /// The bearer token of the Authorization header.
     var bearerToken: String? {
-        guard let header = header("Authorization"), header.hasPrefix("Bearer "), header.count > 7 else { return nil }
+        guard let header = header("Authorization"), header.hasPrefix("Bearer "), header.utf8.count > 7 else { return nil }
         return String(header.dropFirst(7))
     }
 }

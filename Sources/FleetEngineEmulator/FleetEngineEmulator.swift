@@ -529,13 +529,16 @@ public final class FleetEngineEmulator: EmulatedService {
     }
 
     /// What a path `/v1/providers/{provider}/{collection}/{id}` names; nil for any other path.
+    /// Split as UTF-8 bytes: splitting a `String` by characters cost 4 % of the emulator's CPU.
     private static func target(of path: String) -> (provider: String, collection: String, vehicle: VehicleIdentity)? {
-        let segments = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        // ["", "v1", "providers", provider, collection, id]
-        guard segments.count == 6, segments[0].isEmpty, segments[1] == "v1", segments[2] == "providers",
-              let kind = kind(collection: segments[4]), let id = segments[5].removingPercentEncoding, !id.isEmpty
+        let prefix = "/v1/providers/"
+        guard path.hasPrefix(prefix) else { return nil }
+        let segments = path.utf8.dropFirst(prefix.utf8.count).split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+            .map { String(Substring($0)) }
+        // [provider, collection, id]
+        guard segments.count == 3, let kind = kind(collection: segments[1]), let id = segments[2].removingPercentEncoding, !id.isEmpty
         else { return nil }
-        return (segments[3], segments[4], VehicleIdentity(kind: kind, id: id))
+        return (segments[0], segments[1], VehicleIdentity(kind: kind, id: id))
     }
 
     private static func kind(collection: String) -> VehicleKind? {

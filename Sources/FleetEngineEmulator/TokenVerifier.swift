@@ -36,7 +36,7 @@ public struct TokenVerifier: Sendable {
     }
 
     public func verify(authorizationHeader: String?, vehicle: VehicleIdentity) -> Failure? {
-        guard let header = authorizationHeader, header.hasPrefix("Bearer "), header.count > 7 else {
+        guard let header = authorizationHeader, header.hasPrefix("Bearer "), header.utf8.count > 7 else {
             return .unauthenticated("Request is missing a bearer token.")
         }
         let token = String(header.dropFirst(7))
