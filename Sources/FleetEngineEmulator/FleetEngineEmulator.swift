@@ -38,7 +38,7 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Counters over every request served.
     public struct Statistics: Sendable {
         public var requests = 0
-        /// Calls that came over gRPC (each also counted, as the REST request it stands for, below).
+        /// Calls that came over gRPC, counted as they are answered (each also counted, as the REST request it stands for, below).
         public var grpcCalls = 0
         public var responsesByStatus: [Int: Int] = [:]
         /// Update requests (PUT/PATCH) and how each was answered.
@@ -168,36 +168,59 @@ public final class FleetEngineEmulator: EmulatedService {
     /// Serves `/v1/providers/…`, the same calls over gRPC (chosen by content type), and its own
     /// `/_emulator/…` statistics; other paths belong to other emulated services.
     public func respond(to request: HTTPRequest) async -> HTTPResponse? {
-        if request.path.hasPrefix("/_emulator/") { return administer(request) }
-        if GRPCCalls.isCall(request) {
-            state.withLock { $0.statistics.grpcCalls += 1 }
-            switch GRPCCalls.restRequest(for: request) {
-            case .success(let call): return GRPCCalls.answer(await serve(call.rest), for: request, updated: call.updated)
-            case .failure(let failure): return failure.response
-            }
+        guard let call = call(request) else { return nil }
+        switch call {
+        case .administration: return administer(request)
+        case .refused(let refusal): return answer(refusal, to: request, grpc: nil)
+        case .fleetEngine(let rest, let grpc): return answer(await serve(rest), to: request, grpc: grpc)
         }
-        guard request.path.hasPrefix("/v1/providers/") else { return nil }
-        return await serve(request)
     }
 
     /// Without a planned latency, every Fleet Engine call is answered on the event loop it
     /// arrived on: the emulator's cost per request (it shares the machine with the relay in a
     /// benchmark) is then that of the work alone. Its own `/_emulator/` calls go the task's way.
     public func respondAtOnce(to request: HTTPRequest) -> ImmediateAnswer {
-        guard !request.path.hasPrefix("/_emulator/") else { return .mustWait }
-        let plan = state.withLock { $0.plan }
-        guard plan.latency == .zero, plan.updateLatency == .zero else {
-            return GRPCCalls.isCall(request) || request.path.hasPrefix("/v1/providers/") ? .mustWait : .notOwned
+        guard let call = call(request) else { return .notOwned }
+        switch call {
+        case .administration:
+            return .mustWait
+        case .refused(let refusal):
+            return .answer(answer(refusal, to: request, grpc: nil))
+        case .fleetEngine(let rest, let grpc):
+            let plan = state.withLock { $0.plan }
+            guard plan.latency == .zero, plan.updateLatency == .zero else { return .mustWait }
+            return .answer(answer(serveAtOnce(rest), to: request, grpc: grpc))
         }
+    }
+
+    /// What a request asks of the emulator.
+    private enum Call {
+        /// Its own `/_emulator/…` statistics and controls.
+        case administration
+        /// A Fleet Engine call: a REST request, or the one a gRPC call stands for.
+        case fleetEngine(HTTPRequest, grpc: GRPCCalls.Translated?)
+        /// A gRPC call that stands for no REST request, and the answer refusing it.
+        case refused(HTTPResponse)
+    }
+
+    /// What `request` asks of the emulator; nil for a path of another service.
+    private func call(_ request: HTTPRequest) -> Call? {
+        if request.path.hasPrefix("/_emulator/") { return .administration }
         if GRPCCalls.isCall(request) {
-            state.withLock { $0.statistics.grpcCalls += 1 }
             switch GRPCCalls.restRequest(for: request) {
-            case .success(let call): return .answer(GRPCCalls.answer(serveAtOnce(call.rest), for: request, updated: call.updated))
-            case .failure(let failure): return .answer(failure.response)
+            case .success(let translated): return .fleetEngine(translated.rest, grpc: translated)
+            case .failure(let failure): return .refused(failure.response)
             }
         }
-        guard request.path.hasPrefix("/v1/providers/") else { return .notOwned }
-        return .answer(serveAtOnce(request))
+        return request.path.hasPrefix("/v1/providers/") ? .fleetEngine(request, grpc: nil) : nil
+    }
+
+    /// The answer as the request came: a gRPC call's answer carries the vehicle it updated.
+    /// Each gRPC call is counted here, once it is answered.
+    private func answer(_ response: HTTPResponse, to request: HTTPRequest, grpc: GRPCCalls.Translated?) -> HTTPResponse {
+        guard GRPCCalls.isCall(request) else { return response }
+        state.withLock { $0.statistics.grpcCalls += 1 }
+        return grpc.map { GRPCCalls.answer(response, for: request, updated: $0.updated) } ?? response
     }
 
     private func serveAtOnce(_ request: HTTPRequest) -> HTTPResponse {

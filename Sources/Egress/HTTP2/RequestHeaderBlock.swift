@@ -15,8 +15,6 @@ enum RequestHeaderBlock {
         static let authorization = 23, contentLength = 28, contentType = 31
     }
 
-    private static let bearerScheme = "Bearer "
-
     static func write(_ request: EgressRequest, authority: String, into block: inout ByteBuffer) {
         switch request.method {
         case "POST": writeIndexed(Static.methodPOST, into: &block)
@@ -29,10 +27,7 @@ enum RequestHeaderBlock {
         if let authorization = request.authorization {
             writeLiteral(nameIndex: Static.authorization, value: authorization, neverIndexed: true, into: &block)
         } else if let token = request.bearerToken {
-            writeInteger(Static.authorization, prefixBits: 4, pattern: 0x10, into: &block)
-            writeInteger(bearerScheme.utf8.count + token.utf8.count, prefixBits: 7, pattern: 0x00, into: &block)
-            block.writeString(bearerScheme)
-            block.writeString(token)
+            writeLiteral(nameIndex: Static.authorization, valueStart: "Bearer ", value: token, neverIndexed: true, into: &block)
         }
         if let contentType = request.contentType { writeLiteral(nameIndex: Static.contentType, value: contentType, into: &block) }
         for header in request.otherHeaders { writeLiteral(name: header.name, value: header.value, into: &block) }
@@ -46,10 +41,14 @@ enum RequestHeaderBlock {
         writeInteger(index, prefixBits: 7, pattern: 0x80, into: &block)
     }
 
-    /// A literal without indexing, or never indexed, with an indexed name (§6.2.2, §6.2.3).
-    private static func writeLiteral(nameIndex: Int, value: String, neverIndexed: Bool = false, into block: inout ByteBuffer) {
+    /// A literal without indexing, or never indexed, with an indexed name (§6.2.2, §6.2.3). The
+    /// value is `valueStart` followed by `value`, written one after the other, not joined first.
+    private static func writeLiteral(nameIndex: Int, valueStart: StaticString = "", value: String, neverIndexed: Bool = false,
+                                     into block: inout ByteBuffer) {
         writeInteger(nameIndex, prefixBits: 4, pattern: neverIndexed ? 0x10 : 0x00, into: &block)
-        writeString(value, into: &block)
+        writeInteger(valueStart.utf8CodeUnitCount + value.utf8.count, prefixBits: 7, pattern: 0x00, into: &block)
+        block.writeStaticString(valueStart)
+        block.writeString(value)
     }
 
     /// A literal without indexing with a literal name (§6.2.2); names are lower case already.

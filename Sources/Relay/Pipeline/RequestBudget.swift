@@ -13,18 +13,14 @@
 public struct RequestBudget: Sendable {
     public private(set) var rate: Double
     private var tokens: Double
-    /// Kept as a `Moment`, so that the budget (and the pipeline's state around it) has a fixed layout.
-    private var refilledAtMoment: Moment
-    private var refilledAt: ContinuousClock.Instant {
-        get { refilledAtMoment.instant }
-        set { refilledAtMoment = Moment(newValue) }
-    }
+    /// A `Moment`, like every time the pipeline's state holds: see `StoredAsMoment`.
+    private var refilledAt: Moment
 
     public init(rate: Double, now: ContinuousClock.Instant) {
         precondition(rate > 0)
         self.rate = rate
         self.tokens = Self.burst(at: rate)
-        self.refilledAtMoment = Moment(now)
+        self.refilledAt = Moment(now)
     }
 
     /// Whether an attempt may start now: a whole token is there.
@@ -58,7 +54,7 @@ public struct RequestBudget: Sendable {
 
     /// When the next whole token will be there.
     public func nextToken(now: ContinuousClock.Instant) -> ContinuousClock.Instant {
-        let missing = 1 - tokens - (now - refilledAt) / .seconds(1) * rate
+        let missing = 1 - tokens - (Moment(now) - refilledAt) / .seconds(1) * rate
         return missing <= 0 ? now : now + .seconds(missing / rate)
     }
 
@@ -70,6 +66,7 @@ public struct RequestBudget: Sendable {
     /// Accrues the tokens since the last refill; an earlier instant (a caller's clock read before
     /// another's) accrues nothing.
     private mutating func refill(now: ContinuousClock.Instant) {
+        let now = Moment(now)
         guard now > refilledAt else { return }
         tokens = min(Self.burst(at: rate), tokens + (now - refilledAt) / .seconds(1) * rate)
         refilledAt = now
