@@ -206,6 +206,7 @@ public final class KafkaConsumer: Service, Sendable {
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
+                context.positions.note(chunk)
                 let mark = context.demand.demandMark
                 if context.source.yield(chunk) == .stopProducing { context.demand.readerIsBehind(since: mark) }
             }
@@ -222,7 +223,7 @@ public final class KafkaConsumer: Service, Sendable {
 
     private func applyPause(pause: Set<TopicPartition>, resume: Set<TopicPartition>) {
         client.pause(pause)
-        client.resume(resume)
+        client.resume(resume, fetchingFrom: context.positions.next)
         if !pause.isEmpty || !resume.isEmpty {
             logger.debug("Kafka consumer paused \(pause.count), resumed \(resume.count) partitions")
         }
@@ -256,6 +257,8 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     var paused: Set<TopicPartition> = []
     /// The current assignment, as the rebalance callbacks changed it.
     var assignment: Set<TopicPartition> = []
+    /// Where each partition's fetching resumes after a pause, under its current assignment.
+    var positions = FetchPositions()
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
 
@@ -287,6 +290,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
             let generation = nextGeneration
             nextGeneration += 1
             for partition in partitions { generations[partition] = generation }
+            positions.forget(partitions)
             assignment = cooperative ? assignment.union(partitions) : Set(partitions)
             logger.info("Kafka partitions assigned: \(partitions.map(\.description).joined(separator: ", "))")
             _ = rebalanceHandler(.assigned(partitions, generation: generation))
@@ -294,6 +298,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
             logger.info("Kafka partitions \(lost ? "lost" : "revoked"): \(partitions.map(\.description).joined(separator: ", "))")
             answer.commit = rebalanceHandler(.revoked(partitions, lost: lost))
             for partition in partitions { generations[partition] = nil }
+            positions.forget(partitions)
             assignment = cooperative ? assignment.subtracting(partitions) : []
             // librdkafka keeps a pause across assignments: none is left behind for a later one.
             answer.resume.formUnion(partitions)

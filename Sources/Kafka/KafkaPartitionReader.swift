@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 
 /// Reads chosen partitions between chosen offsets by explicit assignment: it never
 /// joins a consumer group and never commits, so it can read a topic next to the
@@ -9,6 +10,8 @@ import Logging
 public final class KafkaPartitionReader: Sendable {
     private let client: RDKafkaClient
     private let blockingCalls = BlockingCallQueue(label: "fleet-relay.kafka.reader")
+    /// Where each partition's fetching resumes after a pause, under the current assignment.
+    private let positions = Mutex(FetchPositions())
     private let logger: Logger
 
     public static let defaultProperties: [String: String] = [
@@ -66,14 +69,17 @@ public final class KafkaPartitionReader: Sendable {
 
     /// Starts reading each partition at its offset (replacing any earlier assignment).
     public func assign(_ starts: [TopicPartitionOffset]) async throws {
-        try await blockingCalls.run { () throws(KafkaError) in try self.client.assign(starts) }
+        try await blockingCalls.run { () throws(KafkaError) in
+            self.positions.withLock { $0.forgetAll() }
+            try self.client.assign(starts)
+        }
     }
 
     /// Stops fetching `pausing` and fetches `resuming` again; records already fetched still come.
     public func pause(_ pausing: Set<TopicPartition>, resume resuming: Set<TopicPartition>) async throws {
         try await blockingCalls.run { () throws(KafkaError) in
             if !pausing.isEmpty { self.client.pause(pausing) }
-            if !resuming.isEmpty { self.client.resume(resuming) }
+            if !resuming.isEmpty { self.client.resume(resuming, fetchingFrom: self.positions.withLock { $0.next }) }
         }
     }
 
@@ -82,8 +88,10 @@ public final class KafkaPartitionReader: Sendable {
     public func poll(maximum: Int = 1000, timeout: Duration = .milliseconds(500)) async throws
         -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         try await blockingCalls.run { () throws(KafkaError) in
-            self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
-                             generation: { _ in 0 }) { self.logger.warning("Kafka consume error: \($0)") }
+            let polled = self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
+                                          generation: { _ in 0 }) { self.logger.warning("Kafka consume error: \($0)") }
+            self.positions.withLock { $0.note(polled.records) }
+            return polled
         }
     }
 }

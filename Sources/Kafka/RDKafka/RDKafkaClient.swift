@@ -101,8 +101,21 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
         withList(partitions) { _ = rd_kafka_pause_partitions(handle, $0) }
     }
 
-    func resume(_ partitions: Set<TopicPartition>) {
+    /// Resumes fetching. A partition given a position (one past the last record handed over)
+    /// is also sought there, where its fetching resumes anyway: librdkafka 2.0 does not wake a
+    /// broker thread that idles because every partition it fetches was paused, so without the
+    /// seek the resumed fetch waits for the thread's next wakeup, up to a second; a seek to a
+    /// concrete offset wakes it.
+    func resume(_ partitions: Set<TopicPartition>, fetchingFrom positions: [TopicPartition: Int64] = [:]) {
         withList(partitions) { _ = rd_kafka_resume_partitions(handle, $0) }
+        let seeks = partitions.sorted().compactMap { partition in
+            positions[partition].map { TopicPartitionOffset(partition, offset: $0) }
+        }
+        guard !seeks.isEmpty else { return }
+        let list = RDKafkaTopicPartitionList.make(seeks)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        // Without a timeout the seek is only begun: it reports no error, and the poll loop goes on.
+        if let error = rd_kafka_seek_partitions(handle, list, 0) { rd_kafka_error_destroy(error) }
     }
 
     /// Starts reading each partition at its offset, replacing the assignment (no group membership).
