@@ -8,9 +8,10 @@ import JSON
 import SwiftProtobuf
 
 /// Fleet Engine's gRPC calls, served by the emulator as the REST requests they stand for: a
-/// call becomes the equivalent `GET`/`PUT`/`PATCH` (its vehicle as REST's JSON body, through
-/// protobuf's JSON mapping), so both protocols share one state, one token check and one
-/// validation; the REST answer becomes the gRPC answer (the vehicle as a message, or
+/// call becomes the equivalent `GET`/`PUT`/`PATCH` (its vehicle as REST's JSON body, in
+/// protobuf's JSON mapping: written by `GRPCVehicleJSON` for an update's usual shape, else by
+/// protobuf), so both protocols share one state, one token check and one validation; the REST
+/// answer becomes the gRPC answer (the vehicle as a message, or
 /// `grpc-status` with `google.rpc.Status` details: `RetryInfo` for `Retry-After`, `ErrorInfo`
 /// for a quota).
 enum GRPCCalls {
@@ -58,11 +59,11 @@ enum GRPCCalls {
 
     /// An update: REST's body is the vehicle without its name (the path names it); the answer
     /// carries the vehicle as sent, named, without the input-only past locations.
-    private static func rest(_ call: HTTPRequest, _ method: String, updating vehicle: some GRPCVehicleMessage, named name: String,
+    private static func rest(_ call: HTTPRequest, _ method: String, updating vehicle: some PlainVehicleFields, named name: String,
                              collection: String, mask: Google_Protobuf_FieldMask) throws -> Result<Translated, GRPCFailure> {
         var vehicle = vehicle
         vehicle.name = ""
-        let body: [UInt8] = try vehicle.jsonUTF8Bytes()
+        let body: [UInt8] = try GRPCVehicleJSON.body(of: vehicle) ?? vehicle.jsonUTF8Bytes()
         vehicle.name = name
         vehicle.pastLocations = []
         return rest(call, method, name: name, collection: collection, mask: mask, body: body, updated: vehicle)
