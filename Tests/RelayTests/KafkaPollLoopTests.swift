@@ -142,6 +142,26 @@ import Testing
         }
     }
 
+    /// A resumed partition is sought to one past the last record handed over under its current
+    /// assignment: a chunk polled across a rebalance may end with records of the assignment
+    /// revoked meanwhile, and seeking the new one there would skip what it must read again.
+    @Test func aResumePositionComesFromTheCurrentAssignmentsRecordsOnly() {
+        func record(_ partition: Int32, _ offset: Int64, generation: UInt64) -> KafkaRecord {
+            KafkaRecord(topic: "t", partition: partition, offset: offset, key: nil, value: [], assignmentGeneration: generation)
+        }
+        let (p0, p1, p2) = (TopicPartition(topic: "t", partition: 0), TopicPartition(topic: "t", partition: 1),
+                            TopicPartition(topic: "t", partition: 2))
+        let current: [TopicPartition: UInt64] = [p0: 1, p1: 2, p2: 2]
+        var positions = FetchPositions()
+        positions.note([record(0, 5, generation: 1), record(0, 6, generation: 1), record(1, 40, generation: 1),
+                        record(2, 7, generation: 1), record(2, 8, generation: 2), record(0, 7, generation: 1)]) {
+            $0.assignmentGeneration == current[$0.topicPartition]
+        }
+        #expect(positions.next == [p0: 8, p2: 9], "p1's last record is of its revoked assignment")
+        positions.forget([p0])
+        #expect(positions.next == [p2: 9])
+    }
+
     /// librdkafka 2.0 drops a pause or resume that reaches a partition after an operation its
     /// own thread created later (while it applies an assignment), so the consumer sets every
     /// pause inside the rebalance callback, where librdkafka waits for it: a revoked partition
