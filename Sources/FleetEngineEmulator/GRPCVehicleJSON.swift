@@ -36,67 +36,79 @@ enum GRPCVehicleJSON {
 
     private struct Writer {
         var bytes: [UInt8] = []
+        /// No member of the object being written has been written yet.
+        private var atFirstMember = true
 
         mutating func raw(_ text: StaticString) {
             bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
 
+        private mutating func member(_ name: StaticString) {
+            if !atFirstMember { raw(",") }
+            raw(name)
+            atFirstMember = false
+        }
+
         /// False when the location is not of the plain shape.
         mutating func location<Location: PlainLocationFields>(_ location: Location) -> Bool {
             guard location.hasOnlyPlainFields else { return false }
-            var separator: StaticString = ""
-            func member(_ name: StaticString) {
-                raw(separator)
-                raw(name)
-                separator = ","
-            }
             raw("{")
-            if location.hasLocation {
-                member("\"location\":")
-                guard latLng(location.location) else { return false }
+            atFirstMember = true
+            func sensor(_ sensor: Location.Sensor) -> [UInt8]? {
+                sensor.rawValue == 0 ? nil : SensorNames.json(of: sensor, in: Location.self)
             }
-            if location.hasUpdateTime {
-                member("\"updateTime\":")
-                guard time(location.updateTime) else { return false }
-            }
-            if location.locationSensor.rawValue != 0 {
-                member("\"locationSensor\":")
-                bytes += SensorNames.json(of: location.locationSensor, in: Location.self)
-            }
-            if location.hasLatlngAccuracy {
-                member("\"latlngAccuracy\":")
-                guard number(location.latlngAccuracy.value) else { return false }
-            }
-            if location.hasSupplementalLocation {
-                member("\"supplementalLocation\":")
-                guard latLng(location.supplementalLocation) else { return false }
-            }
-            if location.hasSupplementalLocationTime {
-                member("\"supplementalLocationTime\":")
-                guard time(location.supplementalLocationTime) else { return false }
-            }
-            if location.supplementalLocationSensor.rawValue != 0 {
-                member("\"supplementalLocationSensor\":")
-                bytes += SensorNames.json(of: location.supplementalLocationSensor, in: Location.self)
-            }
-            if location.hasSupplementalLocationAccuracy {
-                member("\"supplementalLocationAccuracy\":")
-                guard number(location.supplementalLocationAccuracy.value) else { return false }
-            }
+            guard reading(.own, point: location.hasLocation ? location.location : nil,
+                          time: location.hasUpdateTime ? location.updateTime : nil, sensor: sensor(location.locationSensor),
+                          accuracy: location.hasLatlngAccuracy ? location.latlngAccuracy.value : nil),
+                  reading(.supplemental, point: location.hasSupplementalLocation ? location.supplementalLocation : nil,
+                          time: location.hasSupplementalLocationTime ? location.supplementalLocationTime : nil,
+                          sensor: sensor(location.supplementalLocationSensor),
+                          accuracy: location.hasSupplementalLocationAccuracy ? location.supplementalLocationAccuracy.value : nil)
+            else { return false }
             if location.hasHeading {
                 member("\"heading\":")
                 bytes += String(location.heading.value).utf8
             }
-            if location.hasSpeed {
-                member("\"speed\":")
-                guard number(location.speed.value) else { return false }
-            }
-            if location.hasAltitude {
-                member("\"altitude\":")
-                guard number(location.altitude.value) else { return false }
-            }
+            guard number("\"speed\":", location.hasSpeed ? location.speed.value : nil),
+                  number("\"altitude\":", location.hasAltitude ? location.altitude.value : nil) else { return false }
             raw("}")
             return true
+        }
+
+        /// The member names of a location's own reading or of its supplemental one.
+        private struct ReadingNames {
+            let point, time, sensor, accuracy: StaticString
+
+            static let own = ReadingNames(point: "\"location\":", time: "\"updateTime\":", sensor: "\"locationSensor\":",
+                                          accuracy: "\"latlngAccuracy\":")
+            static let supplemental = ReadingNames(point: "\"supplementalLocation\":", time: "\"supplementalLocationTime\":",
+                                                   sensor: "\"supplementalLocationSensor\":",
+                                                   accuracy: "\"supplementalLocationAccuracy\":")
+        }
+
+        /// A reading's point, time, sensor (its JSON) and accuracy, each when present.
+        private mutating func reading(_ names: ReadingNames, point: Google_Type_LatLng?, time: Google_Protobuf_Timestamp?,
+                                      sensor: [UInt8]?, accuracy: Double?) -> Bool {
+            if let point {
+                member(names.point)
+                guard latLng(point) else { return false }
+            }
+            if let time {
+                member(names.time)
+                guard self.time(time) else { return false }
+            }
+            if let sensor {
+                member(names.sensor)
+                bytes += sensor
+            }
+            return number(names.accuracy, accuracy)
+        }
+
+        /// A number member when present.
+        private mutating func number(_ name: StaticString, _ value: Double?) -> Bool {
+            guard let value else { return true }
+            member(name)
+            return number(value)
         }
 
         /// proto3 leaves a scalar at its default (positive zero) out.

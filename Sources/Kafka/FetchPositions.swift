@@ -7,15 +7,17 @@ struct FetchPositions {
 
     /// A chunk holds each partition's records in order, mostly in runs: the last of each run
     /// sets its partition's position, when it was read under the partition's current assignment
-    /// (`isCurrent`). A chunk polled across a rebalance may end with records of an assignment
-    /// revoked meanwhile: seeking the partition's new assignment there would skip what it must
-    /// read again.
-    mutating func note(_ chunk: [KafkaRecord], isCurrent: (KafkaRecord) -> Bool = { _ in true }) {
+    /// (`currentGeneration`). A chunk polled across a rebalance may end with records of an
+    /// assignment revoked meanwhile: seeking the partition's new assignment there would skip
+    /// what it must read again.
+    mutating func note(_ chunk: [KafkaRecord], currentGeneration: (TopicPartition) -> UInt64) {
         for index in chunk.indices {
             let record = chunk[index]
             let isLastOfRun = index == chunk.index(before: chunk.endIndex)
                 || chunk[index + 1].partition != record.partition || chunk[index + 1].topic != record.topic
-            if isLastOfRun, isCurrent(record) { next[record.topicPartition] = record.offset + 1 }
+            guard isLastOfRun else { continue }
+            let partition = record.topicPartition
+            if record.assignmentGeneration == currentGeneration(partition) { next[partition] = record.offset + 1 }
         }
     }
 

@@ -206,7 +206,7 @@ public final class KafkaConsumer: Service, Sendable {
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
                                     generation: context.generation, onError: context.consumeError).records
             if !chunk.isEmpty {
-                context.positions.note(chunk) { $0.assignmentGeneration == context.generation($0.topicPartition) }
+                context.positions.note(chunk, currentGeneration: context.generation)
                 let mark = context.demand.demandMark
                 if context.source.yield(chunk) == .stopProducing { context.demand.readerIsBehind(since: mark) }
             }

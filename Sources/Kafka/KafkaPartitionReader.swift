@@ -90,7 +90,8 @@ public final class KafkaPartitionReader: Sendable {
         try await blockingCalls.run { () throws(KafkaError) in
             let polled = self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
                                           generation: { _ in 0 }) { self.logger.warning("Kafka consume error: \($0)") }
-            self.positions.withLock { $0.note(polled.records) }
+            // An explicit assignment has one generation (0): `assign` forgets every position.
+            self.positions.withLock { $0.note(polled.records, currentGeneration: { _ in 0 }) }
             return polled
         }
     }

@@ -16,10 +16,12 @@ import Testing
         let partitions = Mutex<Set<TopicPartition>>([])
     }
 
-    /// When each record (by value) first reached the reader, and how often it did.
+    /// When each record (by value) first reached the reader, how often it did, and from which partitions.
     final class Arrivals: Sendable {
         let times = Mutex<[String: ContinuousClock.Instant]>([:])
         let counts = Mutex<[String: Int]>([:])
+        /// The partitions records came from.
+        let partitions = Mutex<Set<Int32>>([])
 
         func note(_ chunk: [KafkaRecord]) {
             let now = ContinuousClock.now
@@ -27,6 +29,7 @@ import Testing
                 let value = String(decoding: record.value, as: UTF8.self)
                 times.withLock { if $0[value] == nil { $0[value] = now } }
                 counts.withLock { $0[value, default: 0] += 1 }
+                partitions.withLock { _ = $0.insert(record.partition) }
             }
         }
     }
@@ -113,11 +116,15 @@ import Testing
                 assigned.partitions.withLock { $0 } == partitions
             }
             let waits = try await producer.whileRunning {
-                // Fetching has begun once a first record arrived; before, no partition has a
-                // position to resume at.
-                try await producer.enqueue(topic: "t", key: nil, value: Array("first".utf8))
+                // A partition has a position to resume at once a record of it arrived: first
+                // records go out under forty keys until each partition handed one over.
+                for index in 0..<40 {
+                    try await producer.enqueue(topic: "t", key: Array("key \(index)".utf8), value: Array("first \(index)".utf8))
+                }
                 #expect(await producer.flush())
-                try await eventually("the first record arrives", timeout: .seconds(60)) { arrivals.times.withLock { $0["first"] } != nil }
+                try await eventually("a first record of each partition arrives", timeout: .seconds(60)) {
+                    arrivals.partitions.withLock { $0 } == Set(partitions.map(\.partition))
+                }
                 var waits: [Duration] = []
                 for round in 0..<10 {
                     consumer.setPaused(partitions, sequence: UInt64(2 * round + 1))
@@ -135,7 +142,7 @@ import Testing
             }
             let total = waits.reduce(.zero, +)
             #expect(total < .seconds(3), "ten resumes waited \(total) for their records: \(waits)")
-            #expect(arrivals.counts.withLock { $0 } == Dictionary(uniqueKeysWithValues: (0..<10).map { ("round \($0)", 1) } + [("first", 1)]),
+            #expect(arrivals.counts.withLock { $0 } == Dictionary(uniqueKeysWithValues: (0..<10).map { ("round \($0)", 1) } + (0..<40).map { ("first \($0)", 1) }),
                     "each record arrives once: the seek goes where the fetching resumes anyway")
             await consumer.close()
             try await group.waitForAll()
@@ -155,7 +162,7 @@ import Testing
         var positions = FetchPositions()
         positions.note([record(0, 5, generation: 1), record(0, 6, generation: 1), record(1, 40, generation: 1),
                         record(2, 7, generation: 1), record(2, 8, generation: 2), record(0, 7, generation: 1)]) {
-            $0.assignmentGeneration == current[$0.topicPartition]
+            current[$0] ?? 0
         }
         #expect(positions.next == [p0: 8, p2: 9], "p1's last record is of its revoked assignment")
         positions.forget([p0])
