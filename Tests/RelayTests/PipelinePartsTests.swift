@@ -106,6 +106,30 @@ import Testing
         #expect(ledger.commitIfDue(now: later + interval).order?.offsets == [TopicPartitionOffset(p0, offset: 700)])
     }
 
+    /// A burst worked off is committed at once even when an interval's commit, ordered while
+    /// the burst's last records were under way, took nearly all of it: the last few hundred
+    /// offsets must not wait a whole interval after the relay caught up.
+    @Test func aBurstIsCommittedAtOnceWhenCaughtUpAfterAnIntervalCommitTookMostOfIt() throws {
+        let interval = Duration.seconds(1)
+        var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
+        ledger.assign([p0, p1], generation: 1)
+        for offset in 0..<600 {
+            _ = ledger.register(source(0, Int64(offset)), at: Moment(start))
+            _ = ledger.register(source(1, Int64(offset)), at: Moment(start))
+        }
+        _ = ledger.finish((0..<600).map { source(0, Int64($0)) })
+        _ = ledger.finish((0..<550).map { source(1, Int64($0)) })
+        #expect(ledger.scheduleCommit(now: start) == start, "the first commit is due at once")
+        let first = try #require(ledger.commitIfDue(now: start).order)
+        _ = ledger.commitAnswered(first, failure: nil, now: start)
+
+        let later = start + .milliseconds(200)
+        _ = ledger.finish((550..<600).map { source(1, Int64($0)) })
+        #expect(ledger.unfinishedRecords == 0 && ledger.uncommittedRecords == 50)
+        #expect(ledger.scheduleCommit(now: later) == later, "caught up after a burst: due at once, not at the interval")
+        #expect(ledger.commitIfDue(now: later).order?.offsets == [TopicPartitionOffset(p1, offset: 600)])
+    }
+
     /// An answer applies only to the generation its order was made under, and a late answer of
     /// an earlier order never takes the committed offset back.
     @Test func commitAnswersApplyToTheirGenerationAndNeverMoveBack() throws {

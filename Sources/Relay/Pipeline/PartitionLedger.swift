@@ -29,6 +29,8 @@ struct PartitionLedger {
     var pausesEveryPartition = false
     /// Unfinished records reached a burst's size and have not yet fallen to a tenth of it.
     private var burstUnderWay = false
+    /// Unfinished records reached a burst's size since every record taken in last finished.
+    private var burstSinceCaughtUp = false
     /// The pause wish last handed out, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var pauseWishes: UInt64 = 0
@@ -96,6 +98,7 @@ struct PartitionLedger {
     mutating func register(_ source: RecordSource, at now: Moment) -> Bool {
         guard let index = owned(source), partitions.values[index].register(source.offset, at: now) else { return false }
         unfinishedRecords += 1
+        if unfinishedRecords >= burstRecords { burstSinceCaughtUp = true }
         return true
     }
 
@@ -237,18 +240,21 @@ struct PartitionLedger {
     /// already. Returns the due time when the timer must hear of it (no commit awaits its answer).
     mutating func scheduleCommit(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         let due = caughtUpAfterBurst ? now : lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        if unfinishedRecords == 0 { burstSinceCaughtUp = false }
         if let scheduled = commitDue, scheduled <= due { return nil }
         commitDue = due
         return commitUnderWay == nil ? due : nil
     }
 
-    /// Every record taken in finished, and at least a burst's worth of them waits for a commit:
-    /// a backlog or a cold start was just worked off. Committed at once rather than at the
-    /// interval, the group's lag shows the relay caught up as soon as it did, and a restart
-    /// then replays none of it. The steady state rarely holds a burst's worth uncommitted, so
-    /// it keeps committing at the interval.
+    /// Every record taken in finished, after a burst's worth of them was unfinished at once or
+    /// with a burst's worth waiting for a commit: a backlog or a cold start was just worked off.
+    /// Committed at once rather than at the interval, the group's lag shows the relay caught up
+    /// as soon as it did, and a restart then replays none of it. The burst counts even when an
+    /// interval's commit took most of it meanwhile: the rest would otherwise wait up to a whole
+    /// interval after the relay caught up. The steady state rarely holds a burst's worth, so it
+    /// keeps committing at the interval.
     private var caughtUpAfterBurst: Bool {
-        unfinishedRecords == 0 && uncommittedRecords >= Int64(burstRecords)
+        unfinishedRecords == 0 && (burstSinceCaughtUp || uncommittedRecords >= Int64(burstRecords))
     }
 
     /// Orders a commit when one is due and none is awaited; a commit unanswered for
