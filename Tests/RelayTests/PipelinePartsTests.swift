@@ -73,7 +73,7 @@ import Testing
 
     /// Finished offsets wait for the commit interval, except when every record taken in
     /// finished with a burst's worth uncommitted: a backlog worked off is committed at once,
-    /// while a steady state's small rounds keep to the interval.
+    /// while a steady state's small rounds (an interval after that) keep to the interval.
     @Test func aBacklogWorkedOffIsCommittedAtOnceAndSmallRoundsAtTheInterval() throws {
         let interval = Duration.seconds(1)
         var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
@@ -97,18 +97,26 @@ import Testing
         #expect(caughtUp.offsets == [TopicPartitionOffset(p0, offset: 600), TopicPartitionOffset(p1, offset: 600)])
         _ = ledger.commitAnswered(caughtUp, failure: nil, now: later)
 
-        let round = later + .milliseconds(100)
+        // Small rounds, once an interval passed since the relay caught up.
+        let round = later + interval + .milliseconds(100)
         for offset in 600..<700 { _ = ledger.register(source(0, Int64(offset)), at: Moment(round)) }
         _ = ledger.finish((600..<700).map { source(0, Int64($0)) })
+        #expect(ledger.scheduleCommit(now: round) == round, "an interval since the last commit: due")
+        let roundCommit = try #require(ledger.commitIfDue(now: round).order)
+        _ = ledger.commitAnswered(roundCommit, failure: nil, now: round)
+        let next = round + .milliseconds(100)
+        for offset in 700..<800 { _ = ledger.register(source(0, Int64(offset)), at: Moment(next)) }
+        _ = ledger.finish((700..<800).map { source(0, Int64($0)) })
         #expect(ledger.unfinishedRecords == 0)
-        #expect(ledger.scheduleCommit(now: round) == later + interval, "caught up with 100 uncommitted: the interval holds")
-        #expect(ledger.commitIfDue(now: round).order == nil)
-        #expect(ledger.commitIfDue(now: later + interval).order?.offsets == [TopicPartitionOffset(p0, offset: 700)])
+        #expect(ledger.scheduleCommit(now: next) == round + interval, "caught up with 100 uncommitted: the interval holds")
+        #expect(ledger.commitIfDue(now: next).order == nil)
+        #expect(ledger.commitIfDue(now: round + interval).order?.offsets == [TopicPartitionOffset(p0, offset: 800)])
     }
 
     /// A burst worked off is committed at once even when an interval's commit, ordered while
-    /// the burst's last records were under way, took nearly all of it: the last few hundred
-    /// offsets must not wait a whole interval after the relay caught up.
+    /// the burst's last records were under way, took nearly all of it, and so is the backlog's
+    /// tail when it arrives within an interval: neither waits a whole interval after the relay
+    /// caught up.
     @Test func aBurstIsCommittedAtOnceWhenCaughtUpAfterAnIntervalCommitTookMostOfIt() throws {
         let interval = Duration.seconds(1)
         var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
@@ -127,7 +135,24 @@ import Testing
         _ = ledger.finish((550..<600).map { source(1, Int64($0)) })
         #expect(ledger.unfinishedRecords == 0 && ledger.uncommittedRecords == 50)
         #expect(ledger.scheduleCommit(now: later) == later, "caught up after a burst: due at once, not at the interval")
-        #expect(ledger.commitIfDue(now: later).order?.offsets == [TopicPartitionOffset(p1, offset: 600)])
+        let caughtUp = try #require(ledger.commitIfDue(now: later).order)
+        #expect(caughtUp.offsets == [TopicPartitionOffset(p1, offset: 600)])
+        _ = ledger.commitAnswered(caughtUp, failure: nil, now: later)
+
+        // The backlog's tail, fetched after the relay first caught up: less than a burst.
+        let tail = later + .milliseconds(300)
+        for offset in 600..<700 { _ = ledger.register(source(0, Int64(offset)), at: Moment(tail)) }
+        _ = ledger.finish((600..<700).map { source(0, Int64($0)) })
+        #expect(ledger.scheduleCommit(now: tail) == tail, "caught up again within an interval of the burst: due at once")
+        let tailCommit = try #require(ledger.commitIfDue(now: tail).order)
+        #expect(tailCommit.offsets == [TopicPartitionOffset(p0, offset: 700)])
+        _ = ledger.commitAnswered(tailCommit, failure: nil, now: tail)
+
+        // The steady state after it keeps to the interval.
+        let steady = later + interval + .milliseconds(100)
+        for offset in 700..<710 { _ = ledger.register(source(0, Int64(offset)), at: Moment(steady)) }
+        _ = ledger.finish((700..<710).map { source(0, Int64($0)) })
+        #expect(ledger.scheduleCommit(now: steady) == tail + interval, "an interval after catching up: the interval holds")
     }
 
     /// An answer applies only to the generation its order was made under, and a late answer of

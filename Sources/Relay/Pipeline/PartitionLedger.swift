@@ -31,6 +31,9 @@ struct PartitionLedger {
     private var burstUnderWay = false
     /// Unfinished records reached a burst's size since every record taken in last finished.
     private var burstSinceCaughtUp = false
+    /// When the relay last caught up after a burst: for one commit interval, catching up again
+    /// commits at once too (see `caughtUpAfterBurst`).
+    @StoredAsMoment private var caughtUpAfterBurstAt: ContinuousClock.Instant? = nil
     /// The pause wish last handed out, and its sequence number.
     private var announcedPauseWish: Set<TopicPartition> = []
     private var pauseWishes: UInt64 = 0
@@ -239,7 +242,9 @@ struct PartitionLedger {
     /// when that is past, or when the relay caught up after a burst), unless one is due sooner
     /// already. Returns the due time when the timer must hear of it (no commit awaits its answer).
     mutating func scheduleCommit(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        let due = caughtUpAfterBurst ? now : lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        let caughtUp = caughtUpAfterBurst(now: now)
+        let due = caughtUp ? now : lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
+        if caughtUp, burstSinceCaughtUp { caughtUpAfterBurstAt = now }
         if unfinishedRecords == 0 { burstSinceCaughtUp = false }
         if let scheduled = commitDue, scheduled <= due { return nil }
         commitDue = due
@@ -249,12 +254,16 @@ struct PartitionLedger {
     /// Every record taken in finished, after a burst's worth of them was unfinished at once or
     /// with a burst's worth waiting for a commit: a backlog or a cold start was just worked off.
     /// Committed at once rather than at the interval, the group's lag shows the relay caught up
-    /// as soon as it did, and a restart then replays none of it. The burst counts even when an
-    /// interval's commit took most of it meanwhile: the rest would otherwise wait up to a whole
-    /// interval after the relay caught up. The steady state rarely holds a burst's worth, so it
-    /// keeps committing at the interval.
-    private var caughtUpAfterBurst: Bool {
-        unfinishedRecords == 0 && (burstSinceCaughtUp || uncommittedRecords >= Int64(burstRecords))
+    /// as soon as it did, and a restart then replays none of it. The steady state rarely holds
+    /// a burst's worth, so it keeps committing at the interval.
+    /// - The burst counts even when an interval's commit took most of it meanwhile.
+    /// - For one interval after catching up so, catching up again counts too: the relay may work
+    ///   off what fetching delivered before the backlog's tail arrived, and that tail, less than a
+    ///   burst, would otherwise wait up to a whole interval after the relay caught up for good.
+    private func caughtUpAfterBurst(now: ContinuousClock.Instant) -> Bool {
+        guard unfinishedRecords == 0 else { return false }
+        if burstSinceCaughtUp || uncommittedRecords >= Int64(burstRecords) { return true }
+        return caughtUpAfterBurstAt.map { now < $0 + commitInterval } ?? false
     }
 
     /// Orders a commit when one is due and none is awaited; a commit unanswered for
