@@ -11,19 +11,36 @@ public struct JSONParseError: Error, Sendable, CustomStringConvertible {
 }
 
 /// The names of the top-level fields a record is read for, as UTF-8 to match keys' bytes against.
+/// The names lie one after another in one buffer: a key is matched against them all without
+/// an array per name, each of which the comparison retained and released (ten keys a record,
+/// several names each).
 public struct JSONFieldNames: Sendable {
-    private let names: [[UInt8]]
+    private let bytes: [UInt8]
+    /// Where each name ends in `bytes` (it starts where the one before ended).
+    private let ends: [Int]
 
     public init(_ names: [String]) {
-        self.names = names.map { Array($0.utf8) }
+        self.bytes = names.flatMap(\.utf8)
+        var end = 0
+        self.ends = names.map { name in
+            end += name.utf8.count
+            return end
+        }
     }
 
-    public var count: Int { names.count }
+    public var count: Int { ends.count }
 
     func index(of key: UnsafeBufferPointer<UInt8>) -> Int? {
-        guard let keyStart = key.baseAddress else { return names.firstIndex(where: \.isEmpty) }
-        return names.firstIndex { name in
-            name.count == key.count && name.withUnsafeBufferPointer { memcmp($0.baseAddress!, keyStart, key.count) == 0 }
+        bytes.withUnsafeBufferPointer { bytes in
+            ends.withUnsafeBufferPointer { ends in
+                var start = 0
+                for (position, end) in ends.enumerated() {
+                    defer { start = end }
+                    guard end - start == key.count else { continue }
+                    if key.isEmpty || memcmp(bytes.baseAddress! + start, key.baseAddress!, key.count) == 0 { return position }
+                }
+                return nil
+            }
         }
     }
 }
