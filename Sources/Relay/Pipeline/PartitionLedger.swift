@@ -114,10 +114,21 @@ struct PartitionLedger {
     }
 
     /// Records finished together; false when none was of a partition's current generation.
-    /// Each is read in place: iterating the array would copy every source, retaining its bytes.
-    mutating func finish(_ sources: some Collection<RecordSource>) -> Bool {
+    /// Each is read in place, field by field: handing a source on would copy it, retaining its
+    /// bytes and topic. Its partition's books are looked up once per run of records sharing
+    /// partition and generation (a request's records nearly always do).
+    mutating func finish<Sources: Collection<RecordSource>>(_ sources: Sources) -> Bool {
         var anyFinished = false
-        for index in sources.indices where finish(sources[index]) { anyFinished = true }
+        var run: (first: Sources.Index, books: Dictionary<TopicPartition, PartitionProgress>.Index?)?
+        for position in sources.indices {
+            if run == nil || sources[position].generation != sources[run!.first].generation
+                || sources[position].topicPartition != sources[run!.first].topicPartition {
+                run = (position, current(sources[position].topicPartition, sources[position].generation))
+            }
+            guard let books = run!.books else { continue }
+            anyFinished = true
+            if partitions.values[books].finish(sources[position].offset) { unfinishedRecords -= 1 }
+        }
         return anyFinished
     }
 
