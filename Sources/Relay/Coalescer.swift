@@ -89,16 +89,26 @@ public enum Coalescer {
     }
 
     public static func coalesce(
-        vehicle: VehicleIdentity, fixes: [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
+        vehicle: VehicleIdentity, fixes: consuming [PendingFix], newestAcceptedMilliseconds: Int64?, pastLimit: Int
     ) -> Result {
         let floor = newestAcceptedMilliseconds ?? .min
         // Stable sort: among equal times the later-consumed fix is the newer. A vehicle's fixes
         // are nearly always consumed in time order already, and then kept as they are.
-        let ordered = isInTimeOrder(fixes) ? fixes : fixes.enumerated().sorted {
-            ($0.element.update.fix.recordedAtMilliseconds, $0.offset) < ($1.element.update.fix.recordedAtMilliseconds, $1.offset)
-        }.map(\.element)
+        var ordered = consume fixes
+        if !isInTimeOrder(ordered) {
+            ordered = ordered.enumerated().sorted {
+                ($0.element.update.fix.recordedAtMilliseconds, $0.offset) < ($1.element.update.fix.recordedAtMilliseconds, $1.offset)
+            }.map(\.element)
+        }
         // In time order, the stale fixes are the first ones.
         let firstFresh = ordered.firstIndex { $0.update.fix.recordedAtMilliseconds > floor } ?? ordered.endIndex
+        // Nearly always nothing is stale and one request takes every fix: the queue itself
+        // becomes the request's, without a copy of each fix (its strings and bytes retained).
+        if firstFresh == ordered.startIndex, ordered.count <= max(0, pastLimit) + 1, let newest = ordered.popLast() {
+            let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
+                                               pastLocations: ordered.map(\.update.fix))
+            return Result(request: CoalescedRequest(update: update, newest: newest, carried: ordered), stale: [], later: [])
+        }
         let stale = Array(ordered[..<firstFresh])
         let fresh = ordered[firstFresh...]
         let chunk = fresh.prefix(max(0, pastLimit) + 1)

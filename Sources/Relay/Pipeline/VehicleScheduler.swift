@@ -61,14 +61,28 @@ struct VehicleScheduler {
     /// `lane` is the vehicle's index in `lanes`: each event looks a vehicle up once.
     private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index,
                                    now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        guard lanes.values[lane].wantsScheduling else { return nil }
-        if holdsPartialRequests, lanes.values[lane].queued.count <= pastLocations { return nil }
-        if minimumInterval > .zero, let lastEnded = lanes.values[lane].lastRequestEndedAt, now < lastEnded + minimumInterval {
-            return deferVehicle(vehicle, at: lane, until: lastEnded + minimumInterval)
+        let (holding, pastLocations, minimumInterval) = (holdsPartialRequests, pastLocations, minimumInterval)
+        let due: ContinuousClock.Instant?? = inPlace(lane) { lane in
+            guard lane.wantsScheduling, !(holding && lane.queued.count <= pastLocations) else { return nil }
+            if minimumInterval > .zero, let lastEnded = lane.lastRequestEndedAt, now < lastEnded + minimumInterval {
+                return .some(lastEnded + minimumInterval)
+            }
+            lane.schedule = .ready
+            return .some(nil)
         }
-        lanes.values[lane].schedule = .ready
-        ready.append(vehicle)
-        return nil
+        switch due {
+        case .none: return nil
+        case .some(.some(let due)): return deferVehicle(vehicle, at: lane, until: due)
+        case .some(.none):
+            ready.append(vehicle)
+            return nil
+        }
+    }
+
+    /// Reads and changes a lane in place, once: reading a field through the values' getter
+    /// copies the whole lane, its queue retained and released, for each field read.
+    private mutating func inPlace<Result>(_ lane: Lanes.Index, _ body: (inout VehicleLane) -> Result) -> Result {
+        body(&lanes.values[lane])
     }
 
     private mutating func laneIndex(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant) -> Lanes.Index {
@@ -139,23 +153,29 @@ struct VehicleScheduler {
                             owns: (RecordSource) -> Bool) -> (request: CoalescedRequest?, stale: [PendingFix]) {
         var stale: [PendingFix] = []
         while let vehicle = ready.popFirst() {
-            guard let lane = lanes.index(forKey: vehicle), lanes.values[lane].schedule == .ready else { continue }
-            lanes.values[lane].schedule = .idle
-            let queued = lanes.values[lane].queued
-            lanes.values[lane].queued = []
-            let coalesced = Coalescer.coalesce(
-                vehicle: vehicle, fixes: Self.owned(queued, owns: owns),
-                newestAcceptedMilliseconds: lanes.values[lane].newestKnownMilliseconds, pastLimit: pastLocations)
-            lanes.values[lane].queued = coalesced.later
+            guard let lane = lanes.index(forKey: vehicle) else { continue }
+            let taken: (queued: [PendingFix], newestKnown: Int64?)? = inPlace(lane) { lane in
+                guard lane.schedule == .ready else { return nil }
+                lane.schedule = .idle
+                defer { lane.queued = [] }
+                return (lane.queued, lane.newestKnownMilliseconds)
+            }
+            guard let (queued, newestKnown) = taken else { continue }
+            let coalesced = Coalescer.coalesce(vehicle: vehicle, fixes: Self.owned(consume queued, owns: owns),
+                                               newestAcceptedMilliseconds: newestKnown, pastLimit: pastLocations)
             stale += coalesced.stale
             guard var request = coalesced.request else {
+                inPlace(lane) { $0.queued = coalesced.later }
                 setRetry(nil, at: lane)  // nothing left to retry
                 continue
             }
-            if readsLiveLocationEveryTime || lanes.values[lane].verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
-            request.retryAttempts = Int(lanes.values[lane].retry?.attempts ?? 0)
-            request.failingSince = lanes.values[lane].retry?.since
-            lanes.values[lane].inFlight = true
+            inPlace(lane) { lane in
+                lane.queued = coalesced.later
+                if readsLiveLocationEveryTime || lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
+                request.retryAttempts = Int(lane.retry?.attempts ?? 0)
+                request.failingSince = lane.retry?.since
+                lane.inFlight = true
+            }
             return (request, stale)
         }
         return (nil, stale)
@@ -163,7 +183,7 @@ struct VehicleScheduler {
 
     /// The fixes whose records are still owned. Ownership goes by partition and generation, and
     /// a vehicle's fixes nearly always share both: it is asked once per run of them, not per fix.
-    private static func owned(_ fixes: [PendingFix], owns: (RecordSource) -> Bool) -> [PendingFix] {
+    private static func owned(_ fixes: consuming [PendingFix], owns: (RecordSource) -> Bool) -> [PendingFix] {
         var asked: (partition: TopicPartition, generation: UInt64, owned: Bool)?
         func isOwned(_ source: RecordSource) -> Bool {
             if let asked, asked.generation == source.generation, asked.partition == source.topicPartition { return asked.owned }
