@@ -19,7 +19,7 @@ public final class FramedRecordDecoder: RecordDecoder {
 
     /// - Parameter retryDelay: the wait before asking the registry again after `attempt` failures.
     public init(mapping: InputMapping, source: any SchemaSource, defaultKind: VehicleKind = .vehicle,
-                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() },
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.coarseNowMilliseconds() },
                 retryDelay: @escaping @Sendable (Int) -> Duration = FramedRecordDecoder.backoff) {
         self.mapping = mapping
         self.source = source

@@ -48,7 +48,7 @@ public struct LocationEventDecoder: Sendable {
     private let nowMilliseconds: @Sendable () -> Int64
 
     public init(defaultKind: VehicleKind = .vehicle,
-                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) {
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.coarseNowMilliseconds() }) {
         self.defaultKind = defaultKind
         self.nowMilliseconds = nowMilliseconds
     }

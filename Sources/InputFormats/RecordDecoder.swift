@@ -75,7 +75,7 @@ public struct MappedJSONDecoder: RecordDecoder {
     private let nowMilliseconds: @Sendable () -> Int64
 
     public init(mapping: InputMapping, defaultKind: VehicleKind = .vehicle,
-                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() }) {
+                nowMilliseconds: @escaping @Sendable () -> Int64 = { WallClock.coarseNowMilliseconds() }) {
         self.mapping = mapping
         self.defaultKind = defaultKind
         self.nowMilliseconds = nowMilliseconds
