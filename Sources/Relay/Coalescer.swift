@@ -47,14 +47,18 @@ public struct CoalescedRequest: Sendable {
         self.update = update
         self.newest = newest
         self.carried = carried
-        var sources = [newest.source]
-        sources.append(contentsOf: carried.lazy.map(\.source))
+        // By index: a lazy map's iterator hands out each fix by value, a copy of it whole.
+        var sources: [RecordSource] = []
+        sources.reserveCapacity(carried.count + 1)
+        sources.append(newest.source)
+        for index in carried.indices { sources.append(carried[index].source) }
         self.sources = sources
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set per request.
         var partitions: [PartitionGeneration] = []
-        for source in sources {
-            let site = PartitionGeneration(source.topicPartition, source.generation)
-            if !partitions.contains(site) { partitions.append(site) }
+        for index in sources.indices where !partitions.contains(where: {
+            $0.generation == sources[index].generation && $0.topicPartition == sources[index].topicPartition
+        }) {
+            partitions.append(PartitionGeneration(sources[index].topicPartition, sources[index].generation))
         }
         self.partitions = partitions
     }
