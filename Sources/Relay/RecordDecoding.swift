@@ -35,17 +35,24 @@ public struct RecordDecoding: Sendable {
     public func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         let inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        return zip(chunk, inputs).map { record, input -> ConsumedRecord in
-            let source = RecordSource(record)
-            if let timeWindow, !timeWindow.contains(record.timestampMilliseconds) {
-                counts.outsideWindow.add(1, ordering: .relaxed)
-                return .skipped(source)
-            }
-            switch decoder.decode(input) {
-            case .update(let update): return .fix(PendingFix(update: update, source: source))
-            case .rejected(let rejection): return noteBad(source, rejection)
-            case .skipped(let rule): return noteSkipped(source, rule: rule)
-            }
+        // By index: pairing the records up (`zip`) hands each out by value, a copy of its bytes'
+        // references retained and released per record.
+        var consumed: [ConsumedRecord] = []
+        consumed.reserveCapacity(chunk.count)
+        for index in chunk.indices { consumed.append(decode(chunk[index], inputs[index])) }
+        return consumed
+    }
+
+    private func decode(_ record: KafkaRecord, _ input: InputRecord) -> ConsumedRecord {
+        let source = RecordSource(record)
+        if let timeWindow, !timeWindow.contains(record.timestampMilliseconds) {
+            counts.outsideWindow.add(1, ordering: .relaxed)
+            return .skipped(source)
+        }
+        switch decoder.decode(input) {
+        case .update(let update): return .fix(PendingFix(update: update, source: source))
+        case .rejected(let rejection): return noteBad(source, rejection)
+        case .skipped(let rule): return noteSkipped(source, rule: rule)
         }
     }
 
