@@ -253,11 +253,14 @@ struct Scenarios {
         await probes.resetLatency(locatedAfter: 0)
         let coldCPUBefore = relay.cpuSeconds
         let warmupStarted = ContinuousClock.now
-        let stamped = try await produceRound(topic: topic, vehicles: vehicles, idPrefix: topic + "-")
+        // Ends with a character no run's suffix has: the baseline's vehicles share this run's
+        // topic as the start of theirs, and the emulator counts vehicles by prefix.
+        let idPrefix = topic + "."
+        let stamped = try await produceRound(topic: topic, vehicles: vehicles, idPrefix: idPrefix)
         // Delivered is what the emulator holds; the commit that follows waits for the relay's
         // commit interval, which says nothing about the cost of a cold vehicle.
         let delivered = await waitUntil(timeout: .seconds(warmupLimit)) {
-            await probes.emulator(newerThan: stamped - 1, idPrefix: topic + "-")["vehicles_newer_than"]?.numberValue == Double(vehicles)
+            await probes.emulator(newerThan: stamped - 1, idPrefix: idPrefix)["vehicles_newer_than"]?.numberValue == Double(vehicles)
         }
         let warmup = (ContinuousClock.now - warmupStarted).seconds
         let warmedUp = try await waitUntil(timeout: .seconds(warmupLimit), interval: .milliseconds(500)) {
@@ -280,7 +283,7 @@ struct Scenarios {
         report.add(section, "one RS256 signature with the system libcrypto", signature * 1000, "ms")
         report.add(section, "relay RSS after the cold start", relay.rssMegabytes, "MB")
 
-        let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: topic + "-")
+        let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: idPrefix)
         let profiling = plan.profileName.flatMap { name in profiler.map { ($0, "\(name)-\(transport.rawValue)") } }
         var recording: Profiler.Recording?
         let (measured, fed) = try await feeder.feeding {
