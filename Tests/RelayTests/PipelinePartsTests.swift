@@ -71,17 +71,23 @@ import Testing
         }
     }
 
-    /// Finished offsets wait for the commit interval, except when every record taken in
-    /// finished with a burst's worth uncommitted: a backlog worked off is committed at once,
-    /// while a steady state's small rounds (an interval after that) keep to the interval.
-    @Test func aBacklogWorkedOffIsCommittedAtOnceAndSmallRoundsAtTheInterval() throws {
-        let interval = Duration.seconds(1)
-        var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
+    /// Offsets 0..<600 of p0 and p1 taken in at `start`: more than the burst of 1,000 records.
+    func burstOf1200Records(commitInterval: Duration) -> PartitionLedger {
+        var ledger = PartitionLedger(commitInterval: commitInterval, maximumPendingRecords: 50_000, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
         for offset in 0..<600 {
             _ = ledger.register(source(0, Int64(offset)), at: Moment(start))
             _ = ledger.register(source(1, Int64(offset)), at: Moment(start))
         }
+        return ledger
+    }
+
+    /// Finished offsets wait for the commit interval, except when every record taken in
+    /// finished with a burst's worth uncommitted: a backlog worked off is committed at once,
+    /// while a steady state's small rounds (an interval after that) keep to the interval.
+    @Test func aBacklogWorkedOffIsCommittedAtOnceAndSmallRoundsAtTheInterval() throws {
+        let interval = Duration.seconds(1)
+        var ledger = burstOf1200Records(commitInterval: interval)
         ledger.finish(source(0, 0))
         #expect(ledger.scheduleCommit(now: start) == start, "the first commit is due at once")
         let first = try #require(ledger.commitIfDue(now: start).order)
@@ -119,12 +125,7 @@ import Testing
     /// caught up.
     @Test func aBurstIsCommittedAtOnceWhenCaughtUpAfterAnIntervalCommitTookMostOfIt() throws {
         let interval = Duration.seconds(1)
-        var ledger = PartitionLedger(commitInterval: interval, maximumPendingRecords: 50_000, burstRecords: 1_000)
-        ledger.assign([p0, p1], generation: 1)
-        for offset in 0..<600 {
-            _ = ledger.register(source(0, Int64(offset)), at: Moment(start))
-            _ = ledger.register(source(1, Int64(offset)), at: Moment(start))
-        }
+        var ledger = burstOf1200Records(commitInterval: interval)
         _ = ledger.finish((0..<600).map { source(0, Int64($0)) })
         _ = ledger.finish((0..<550).map { source(1, Int64($0)) })
         #expect(ledger.scheduleCommit(now: start) == start, "the first commit is due at once")
