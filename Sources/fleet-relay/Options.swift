@@ -132,7 +132,7 @@ struct PipelineOptions: ParsableArguments {
     @Option(help: "Older fixes sent with a vehicle's newest one, at most (pastLocations).")
     var maxPastLocations = 100
 
-    @Option(help: "Milliseconds between offset commits.")
+    @Option(help: "Milliseconds between offset commits; a backlog worked off is committed at once.")
     var commitIntervalMs = 1000
 
     @Option(help: "Time to finish in-flight work on shutdown before abandoning it (uncommitted): 500ms, 20s, 1m.")
