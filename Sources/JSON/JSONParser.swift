@@ -35,9 +35,10 @@ public struct JSONFieldNames: Sendable {
             ends.withUnsafeBufferPointer { ends in
                 var start = 0
                 for (position, end) in ends.enumerated() {
-                    defer { start = end }
-                    guard end - start == key.count else { continue }
-                    if key.isEmpty || memcmp(bytes.baseAddress! + start, key.baseAddress!, key.count) == 0 { return position }
+                    if end - start == key.count, key.isEmpty || memcmp(bytes.baseAddress! + start, key.baseAddress!, key.count) == 0 {
+                        return position
+                    }
+                    start = end
                 }
                 return nil
             }

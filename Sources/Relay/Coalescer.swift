@@ -109,19 +109,20 @@ public enum Coalescer {
         // Nearly always nothing is stale and one request takes every fix: the queue itself
         // becomes the request's, without a copy of each fix (its strings and bytes retained).
         if firstFresh == ordered.startIndex, ordered.count <= max(0, pastLimit) + 1, let newest = ordered.popLast() {
-            let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
-                                               pastLocations: ordered.map(\.update.fix))
-            return Result(request: CoalescedRequest(update: update, newest: newest, carried: ordered), stale: [], later: [])
+            return Result(request: request(vehicle, newest: newest, past: ordered), stale: [], later: [])
         }
         let stale = Array(ordered[..<firstFresh])
         let fresh = ordered[firstFresh...]
         let chunk = fresh.prefix(max(0, pastLimit) + 1)
         guard let newest = chunk.last else { return Result(request: nil, stale: stale, later: []) }
-        let past = Array(chunk.dropLast())
-        let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix,
-                                           pastLocations: past.map(\.update.fix))
-        return Result(request: CoalescedRequest(update: update, newest: newest, carried: past), stale: stale,
+        return Result(request: request(vehicle, newest: newest, past: Array(chunk.dropLast())), stale: stale,
                       later: Array(fresh.dropFirst(chunk.count)))
+    }
+
+    /// The request of a chunk: its newest fix as `lastLocation`, the others as `pastLocations`.
+    private static func request(_ vehicle: VehicleIdentity, newest: PendingFix, past: [PendingFix]) -> CoalescedRequest {
+        let update = VehicleLocationUpdate(vehicle: vehicle, lastLocation: newest.update.fix, pastLocations: past.map(\.update.fix))
+        return CoalescedRequest(update: update, newest: newest, carried: past)
     }
 
     /// Reads each fix's time in place: pairing the fixes up (`zip`) copied every fix twice,

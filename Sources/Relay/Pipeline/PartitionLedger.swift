@@ -108,9 +108,7 @@ struct PartitionLedger {
     /// The record finished; false when it is not of a partition's current generation (nothing changes).
     @discardableResult
     mutating func finish(_ source: RecordSource) -> Bool {
-        guard let index = current(source.topicPartition, source.generation) else { return false }
-        if partitions.values[index].finish(source.offset) { unfinishedRecords -= 1 }
-        return true
+        finish(CollectionOfOne(source))
     }
 
     /// Records finished together; false when none was of a partition's current generation.
@@ -119,13 +117,15 @@ struct PartitionLedger {
     /// partition and generation (a request's records nearly always do).
     mutating func finish<Sources: Collection<RecordSource>>(_ sources: Sources) -> Bool {
         var anyFinished = false
-        var run: (first: Sources.Index, books: Dictionary<TopicPartition, PartitionProgress>.Index?)?
+        var runStart = sources.startIndex
+        var books: Dictionary<TopicPartition, PartitionProgress>.Index?
         for position in sources.indices {
-            if run == nil || sources[position].generation != sources[run!.first].generation
-                || sources[position].topicPartition != sources[run!.first].topicPartition {
-                run = (position, current(sources[position].topicPartition, sources[position].generation))
+            if position == sources.startIndex || sources[position].generation != sources[runStart].generation
+                || sources[position].topicPartition != sources[runStart].topicPartition {
+                runStart = position
+                books = current(sources[position].topicPartition, sources[position].generation)
             }
-            guard let books = run!.books else { continue }
+            guard let books else { continue }
             anyFinished = true
             if partitions.values[books].finish(sources[position].offset) { unfinishedRecords -= 1 }
         }

@@ -62,21 +62,30 @@ struct VehicleScheduler {
     private mutating func schedule(_ vehicle: VehicleIdentity, at lane: Lanes.Index,
                                    now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         let (holding, pastLocations, minimumInterval) = (holdsPartialRequests, pastLocations, minimumInterval)
-        let due: ContinuousClock.Instant?? = inPlace(lane) { lane in
-            guard lane.wantsScheduling, !(holding && lane.queued.count <= pastLocations) else { return nil }
+        let scheduling: Scheduling = inPlace(lane) { lane in
+            guard lane.wantsScheduling, !(holding && lane.queued.count <= pastLocations) else { return .unchanged }
             if minimumInterval > .zero, let lastEnded = lane.lastRequestEndedAt, now < lastEnded + minimumInterval {
-                return .some(lastEnded + minimumInterval)
+                return .deferred(until: lastEnded + minimumInterval)
             }
             lane.schedule = .ready
-            return .some(nil)
+            return .ready
         }
-        switch due {
-        case .none: return nil
-        case .some(.some(let due)): return deferVehicle(vehicle, at: lane, until: due)
-        case .some(.none):
+        switch scheduling {
+        case .unchanged: return nil
+        case .deferred(let due): return deferVehicle(vehicle, at: lane, until: due)
+        case .ready:
             ready.append(vehicle)
             return nil
         }
+    }
+
+    /// What scheduling a vehicle came to.
+    private enum Scheduling {
+        /// Nothing to schedule, a request under way, already scheduled, or holding for more fixes.
+        case unchanged
+        case ready
+        /// Its minimum interval since its last request has not passed.
+        case deferred(until: ContinuousClock.Instant)
     }
 
     /// Reads and changes a lane in place, once: reading a field through the values' getter
@@ -164,13 +173,12 @@ struct VehicleScheduler {
             let coalesced = Coalescer.coalesce(vehicle: vehicle, fixes: Self.owned(consume queued, owns: owns),
                                                newestAcceptedMilliseconds: newestKnown, pastLimit: pastLocations)
             stale += coalesced.stale
+            inPlace(lane) { $0.queued = coalesced.later }
             guard var request = coalesced.request else {
-                inPlace(lane) { $0.queued = coalesced.later }
                 setRetry(nil, at: lane)  // nothing left to retry
                 continue
             }
             inPlace(lane) { lane in
-                lane.queued = coalesced.later
                 if readsLiveLocationEveryTime || lane.verifiedEpoch != epoch { request.liveCheckEpoch = epoch }
                 request.retryAttempts = Int(lane.retry?.attempts ?? 0)
                 request.failingSince = lane.retry?.since
