@@ -120,10 +120,15 @@ private struct BodyWriter {
     }
 
     /// As `JSONText.number` writes it: whole numbers below 10^15 as integers, others in Swift's
-    /// shortest round-trip form.
+    /// shortest round-trip form (a device's plain decimals without searching for it).
     private mutating func number(_ value: Double) {
         precondition(value.isFinite, "JSON has no representation for \(value)")
         if value == value.rounded(), abs(value) < 1e15 { return integer(Int64(value)) }
+        reserve(JSONDecimal.longestText)
+        if let count = JSONDecimal.write(value, into: UnsafeMutableBufferPointer(rebasing: memory[written...])) {
+            written += count
+            return
+        }
         var output = ASCIIOutput(writer: self)
         value.write(to: &output)
         self = output.writer
