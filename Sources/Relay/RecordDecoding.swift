@@ -32,20 +32,24 @@ public struct RecordDecoding: Sendable {
     /// Throws only when cancelled while the registry is unavailable: the chunk stays uncommitted.
     /// `waiting` hears when the chunk begins to wait for the registry (its reason) and when it
     /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
-    public func decode(_ chunk: [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
-        let inputs = chunk.map(InputRecord.init)
+    public func decode(_ chunk: consuming [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
+        var inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        // By index: pairing the records up (`zip`) hands each out by value, a copy of its bytes'
-        // references retained and released per record.
+        // Taken off the ends of the reversed arrays, in their order: each record's bytes and
+        // topic move into its source instead of being copied (retained) there and released
+        // again with the chunk.
         var consumed: [ConsumedRecord] = []
         consumed.reserveCapacity(chunk.count)
-        for index in chunk.indices { consumed.append(decode(chunk[index], inputs[index])) }
+        chunk.reverse()
+        inputs.reverse()
+        while let record = chunk.popLast(), let input = inputs.popLast() { consumed.append(decode(record, input)) }
         return consumed
     }
 
-    private func decode(_ record: KafkaRecord, _ input: InputRecord) -> ConsumedRecord {
+    private func decode(_ record: consuming KafkaRecord, _ input: InputRecord) -> ConsumedRecord {
+        let timestamp = record.timestampMilliseconds
         let source = RecordSource(record)
-        if let timeWindow, !timeWindow.contains(record.timestampMilliseconds) {
+        if let timeWindow, !timeWindow.contains(timestamp) {
             counts.outsideWindow.add(1, ordering: .relaxed)
             return .skipped(source)
         }

@@ -10,7 +10,7 @@ public struct RecordSource: Sendable {
     public let key: [UInt8]?
     public let value: [UInt8]
 
-    public init(_ record: KafkaRecord) {
+    public init(_ record: consuming KafkaRecord) {
         self.topicPartition = record.topicPartition
         self.offset = record.offset
         self.generation = record.assignmentGeneration

@@ -95,8 +95,14 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Takes consumed records in.
-    public func consume(_ records: [ConsumedRecord]) {
-        let (actions, taken) = pipeline.handle { $0.consume(records, now: .now) }
+    public func consume(_ records: consuming [ConsumedRecord]) {
+        // Handed over whole, so that the pipeline holds the only reference and moves each record.
+        var handedOver = consume records
+        let (actions, taken) = pipeline.handle { state in
+            var chunk: [ConsumedRecord] = []
+            swap(&chunk, &handedOver)
+            return state.consume(chunk, now: .now)
+        }
         carryOut(actions)
         if !taken.perPartition.isEmpty { statistics.recordConsumed(taken.perPartition) }
         if taken.skipped > 0 { statistics.recordFinished(.skipped, count: taken.skipped) }

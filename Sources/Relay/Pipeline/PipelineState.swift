@@ -77,14 +77,10 @@ public struct PipelineState<Waiter> {
     /// Stops new work on the partitions. Requests and dead letters under way are not
     /// cancelled but waited for (`workUnderWay`): a cancelled request may still be applied by
     /// Fleet Engine, later than the next owner's newer fix. What finished is then committed.
-    public mutating func beginRevoke(_ revoking: [TopicPartition]) {
-        ledger.beginRevoke(revoking)
-    }
+    public mutating func beginRevoke(_ revoking: [TopicPartition]) { ledger.beginRevoke(revoking) }
 
     /// A commit inside the revoke succeeded: the final commit then carries only what finished since.
-    public mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) {
-        ledger.committedDuringRevoke(offsets)
-    }
+    public mutating func committedDuringRevoke(_ offsets: [TopicPartitionOffset]) { ledger.committedDuringRevoke(offsets) }
 
     /// Forgets the partitions; returns their final commit offsets (those not yet committed) and
     /// the pause wish without them.
@@ -98,16 +94,19 @@ public struct PipelineState<Waiter> {
 
     /// Takes consumed records in. Records of partitions not (or no longer) ours, or
     /// already registered, are skipped; bad ones are ordered dead-lettered at once.
-    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
+    public mutating func consume(_ records: consuming [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
         var actions = Actions()
         var taken = RecordsTakenIn()
         guard !intakeClosed else { return (actions, taken) }
         let registeredAt = Moment(now)
-        for record in records {
+        // Off the end of the reversed chunk, in order: each record moves into its lane instead
+        // of being copied there (its bytes' references retained) and released with the chunk.
+        records.reverse()
+        while let record = records.popLast() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
             taken.perPartition[source.topicPartition, default: 0] += 1
-            switch record {
+            switch consume record {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
             case .bad(let source, let reason, let detail):

@@ -57,7 +57,7 @@ struct VehicleScheduler {
 
     /// Queues a fix in its vehicle's lane (made when new) and schedules the vehicle; returns a
     /// due time when it was deferred (the timer must hear of it).
-    mutating func enqueue(_ fix: PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         let vehicle = fix.update.vehicle
         let lane = laneIndex(vehicle, now: now)
         lanes.values[lane].queued.append(fix)
