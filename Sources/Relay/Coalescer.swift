@@ -38,29 +38,46 @@ public struct CoalescedRequest: Sendable {
     /// Requests the attempt makes at most: the update, after a live-location read when asked.
     public var requestsAtMost: Int { liveCheckEpoch == nil ? 1 : 2 }
 
-    /// Every record the request settles, computed once: it is read several times per request.
-    public let sources: [RecordSource]
+    /// Every record the request settles: the newest fix's, then those carried.
+    public var sources: Sources { Sources(newest: newest, carried: carried) }
     /// The partitions (and their assignment generations) whose records the request settles.
     public let partitions: [PartitionGeneration]
+
+    /// The request's records read through its fixes, not kept apart: a second array of them
+    /// retained every record's topic and bytes once more, and released them again.
+    public struct Sources: RandomAccessCollection {
+        let newest: PendingFix
+        let carried: [PendingFix]
+
+        public var startIndex: Int { 0 }
+        public var endIndex: Int { carried.count + 1 }
+
+        /// Lent, not copied: a caller reading a field takes no reference.
+        public subscript(position: Int) -> RecordSource {
+            _read {
+                if position == 0 { yield newest.source } else { yield carried[position - 1].source }
+            }
+        }
+    }
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         self.update = update
         self.newest = newest
         self.carried = carried
-        // By index: a lazy map's iterator hands out each fix by value, a copy of it whole.
-        var sources: [RecordSource] = []
-        sources.reserveCapacity(carried.count + 1)
-        sources.append(newest.source)
-        for index in carried.indices { sources.append(carried[index].source) }
-        self.sources = sources
-        // Almost always one partition (events are keyed by vehicle): a scan beats building a set per request.
-        var partitions: [PartitionGeneration] = []
-        for index in sources.indices where !partitions.contains(where: {
-            $0.generation == sources[index].generation && $0.topicPartition == sources[index].topicPartition
-        }) {
-            partitions.append(PartitionGeneration(sources[index].topicPartition, sources[index].generation))
+        // Almost always one partition (events are keyed by vehicle): a scan beats building a set
+        // per request. Each source is lent to the scan by index, not copied into a closure.
+        var partitions = [PartitionGeneration(newest.source.topicPartition, newest.source.generation)]
+        for index in carried.indices where !Self.source(carried[index].source, isIn: partitions) {
+            partitions.append(PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
         }
         self.partitions = partitions
+    }
+
+    private static func source(_ source: borrowing RecordSource, isIn partitions: [PartitionGeneration]) -> Bool {
+        for partition in partitions where partition.generation == source.generation && partition.topicPartition == source.topicPartition {
+            return true
+        }
+        return false
     }
 }
 

@@ -40,8 +40,8 @@ public struct RecordDecoding: Sendable {
         // again with the chunk.
         var consumed: [ConsumedRecord] = []
         consumed.reserveCapacity(chunk.count)
-        chunk.reverse()
-        inputs.reverse()
+        chunk.withUnsafeMutableBufferPointer { $0.reverse() }
+        inputs.withUnsafeMutableBufferPointer { $0.reverse() }
         while let record = chunk.popLast(), let input = inputs.popLast() { consumed.append(decode(record, input)) }
         return consumed
     }

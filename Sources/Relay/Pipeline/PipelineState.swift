@@ -101,7 +101,7 @@ public struct PipelineState<Waiter> {
         let registeredAt = Moment(now)
         // Off the end of the reversed chunk, in order: each record moves into its lane instead
         // of being copied there (its bytes' references retained) and released with the chunk.
-        records.reverse()
+        records.withUnsafeMutableBufferPointer { $0.reverse() }
         while let record = records.popLast() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
