@@ -250,6 +250,26 @@ import Testing
         #expect(final == [TopicPartitionOffset(p0, offset: 1)])
         #expect(ledger.unfinishedRecords == 0 && ledger.assignedPartitions.isEmpty)
     }
+
+    /// Only records of a partition held under their own generation, and not being revoked,
+    /// are taken in: a record fetched before a reassignment, or while a revoke waits, is not.
+    @Test func recordsAreTakenInOnlyFromPartitionsHeldUnderTheirGeneration() {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
+        ledger.assign([p0, p1], generation: 2)
+        let current = ledger.register(source(0, 0, generation: 2), at: Moment(start))
+        let earlier = ledger.register(source(0, 1, generation: 1), at: Moment(start))
+        let unassigned = ledger.register(source(2, 0, generation: 2), at: Moment(start))
+        ledger.beginRevoke([p1])
+        let revoking = ledger.register(source(1, 0, generation: 2), at: Moment(start))
+        let other = ledger.register(source(0, 1, generation: 2), at: Moment(start))
+        #expect(current)
+        #expect(!earlier, "fetched under an earlier generation")
+        #expect(!unassigned, "a partition not assigned")
+        #expect(!revoking, "its partition is being revoked")
+        #expect(other, "another partition goes on")
+        #expect(ledger.unfinishedRecords == 2)
+        #expect(ledger.offsetsToCommit().isEmpty, "nothing finished")
+    }
 }
 
 @Suite struct VehicleSchedulerTests {

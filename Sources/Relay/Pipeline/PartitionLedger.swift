@@ -99,7 +99,8 @@ struct PartitionLedger {
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
     mutating func register(_ source: RecordSource, at now: Moment) -> Bool {
-        guard let index = owned(source), partitions.values[index].register(source.offset, at: now) else { return false }
+        guard let index = partitions.index(forKey: source.topicPartition),
+              partitions.values[index].register(source.offset, ofGeneration: source.generation, at: now) else { return false }
         unfinishedRecords += 1
         if unfinishedRecords >= burstRecords { burstSinceCaughtUp = true }
         return true

@@ -71,6 +71,15 @@ struct PartitionProgress {
         lastCommitted = max(lastCommitted ?? .min, offset)
     }
 
+    /// Registers the offset when the record is of this generation and the partition is not
+    /// being revoked: false otherwise, or for an offset already registered (a record fetched
+    /// twice), and the record is skipped. Asked through the books in place: reading these
+    /// fields through the dictionary's getter copied the books, twice for every record.
+    mutating func register(_ offset: Int64, ofGeneration generation: UInt64, at now: Moment) -> Bool {
+        guard generation == self.generation, !revoking else { return false }
+        return register(offset, at: now)
+    }
+
     /// False for an offset already registered (a record fetched twice): it is skipped.
     mutating func register(_ offset: Int64, at now: Moment) -> Bool {
         if let last = lastRegistered, offset <= last { return false }
