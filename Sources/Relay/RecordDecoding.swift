@@ -35,9 +35,9 @@ public struct RecordDecoding: Sendable {
     public func decode(_ chunk: consuming [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         var inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        // Taken off the ends of the reversed arrays, in their order: each record's bytes and
-        // topic move into its source instead of being copied (retained) there and released
-        // again with the chunk.
+        // Taken off the ends of the reversed arrays, in their order: each record's topic and
+        // bytes move into its source instead of being copied (retained) there and released
+        // again with the chunk. Its input still holds the bytes apart, for the decoder.
         var consumed: [ConsumedRecord] = []
         consumed.reserveCapacity(chunk.count)
         chunk.withUnsafeMutableBufferPointer { $0.reverse() }

@@ -79,13 +79,7 @@ struct PartitionLedger {
     /// Whether work on the record should go on: its partition is assigned under the same
     /// generation and not being revoked.
     func owns(_ source: RecordSource) -> Bool {
-        owned(source) != nil
-    }
-
-    /// Where the books of the record's partition are, when the record is owned.
-    private func owned(_ source: RecordSource) -> Dictionary<TopicPartition, PartitionProgress>.Index? {
-        guard let index = current(source.topicPartition, source.generation), !partitions.values[index].revoking else { return nil }
-        return index
+        partitions[source.topicPartition]?.owns(generation: source.generation) ?? false
     }
 
     /// Where the partition's books are, when it is held under `generation`. The hot paths go

@@ -71,13 +71,18 @@ struct PartitionProgress {
         lastCommitted = max(lastCommitted ?? .min, offset)
     }
 
-    /// Registers the offset when the record is of this generation and the partition is not
-    /// being revoked: false otherwise, or for an offset already registered (a record fetched
-    /// twice), and the record is skipped. Asked through the books in place: reading these
-    /// fields through the dictionary's getter copied the books, twice for every record.
+    /// Whether a record of `generation` is the partition's to work on: of its current
+    /// assignment, and not being revoked.
+    func owns(generation: UInt64) -> Bool {
+        generation == self.generation && !revoking
+    }
+
+    /// Registers the offset when the partition owns the record: false otherwise, or for an
+    /// offset already registered (a record fetched twice), and the record is skipped. Asked
+    /// through the books in place: reading the fields through the dictionary's getter copied
+    /// the books, twice for every record.
     mutating func register(_ offset: Int64, ofGeneration generation: UInt64, at now: Moment) -> Bool {
-        guard generation == self.generation, !revoking else { return false }
-        return register(offset, at: now)
+        owns(generation: generation) && register(offset, at: now)
     }
 
     /// False for an offset already registered (a record fetched twice): it is skipped.
