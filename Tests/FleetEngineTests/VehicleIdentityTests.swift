@@ -1,0 +1,40 @@
+import FleetModel
+import Testing
+
+@Suite struct VehicleIdentityTests {
+    /// Ids that differ in a byte, in length, by kind, or only in how their text is stored (a
+    /// small string and a heap one, a composed and a decomposed accent, which `String`
+    /// counts equal).
+    static let ids = ["veh-00001", "veh-00002", "veh-0001", "veh-000001", "", "vehicle-with-a-long-identifier-0001",
+                      "vehicle-with-a-long-identifier-0002", "caf\u{E9}", "cafe\u{301}", "\u{1F697}-7"]
+
+    /// Two identities are equal exactly when kind and id are, and equal ones hash alike: the
+    /// hash kept with an identity stands for both, whichever way the id was made.
+    @Test func identitiesAreEqualExactlyWhenKindAndIdAre() {
+        let identities = VehicleKind.allCases.flatMap { kind in
+            Self.ids.map { VehicleIdentity(kind: kind, id: $0) }
+                + Self.ids.map { VehicleIdentity(kind: kind, id: String(decoding: Array($0.utf8), as: UTF8.self)) }
+        }
+        for left in identities {
+            for right in identities {
+                let same = left.kind == right.kind && left.id == right.id
+                #expect((left == right) == same, "\(left) and \(right)")
+                if same { #expect(left.hashValue == right.hashValue, "\(left) and \(right)") }
+            }
+        }
+    }
+
+    /// A table finds each of many vehicles by an identity made apart from the one it stored.
+    @Test func tablesFindEveryVehicleByAnIdentityMadeApart() {
+        var table: [VehicleIdentity: Int] = [:]
+        for index in 0..<20_000 {
+            table[VehicleIdentity(kind: index % 3 == 0 ? .deliveryVehicle : .vehicle, id: "bench-vehicle-\(index)")] = index
+        }
+        #expect(table.count == 20_000)
+        for index in 0..<20_000 {
+            let kind: VehicleKind = index % 3 == 0 ? .deliveryVehicle : .vehicle
+            #expect(table[VehicleIdentity(kind: kind, id: "bench-vehicle-\(index)")] == index)
+            #expect(table[VehicleIdentity(kind: kind == .vehicle ? .deliveryVehicle : .vehicle, id: "bench-vehicle-\(index)")] == nil)
+        }
+    }
+}
