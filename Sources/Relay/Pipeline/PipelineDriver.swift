@@ -95,13 +95,11 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Takes consumed records in.
-    public func consume(_ records: consuming [ConsumedRecord]) {
+    public func consume(_ chunk: consuming DecodedChunk) {
         // Handed over whole, so that the pipeline holds the only reference and moves each record.
-        var handedOver = consume records
+        var handedOver = Optional(consume chunk)
         let (actions, taken) = pipeline.handle { state in
-            var chunk: [ConsumedRecord] = []
-            swap(&chunk, &handedOver)
-            return state.consume(chunk, now: .now)
+            state.consume(handedOver.take()!, now: .now)
         }
         carryOut(actions)
         if !taken.perPartition.isEmpty { statistics.recordConsumed(taken.perPartition) }

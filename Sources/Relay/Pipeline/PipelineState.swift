@@ -94,15 +94,18 @@ public struct PipelineState<Waiter> {
 
     /// Takes consumed records in. Records of partitions not (or no longer) ours, or
     /// already registered, are skipped; bad ones are ordered dead-lettered at once.
-    public mutating func consume(_ records: consuming [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
+    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
+        consume(DecodedChunk(records), now: now)
+    }
+
+    public mutating func consume(_ chunk: consuming DecodedChunk, now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
         var actions = Actions()
         var taken = RecordsTakenIn()
         guard !intakeClosed else { return (actions, taken) }
         let registeredAt = Moment(now)
-        // Off the end of the reversed chunk, in order: each record moves into its lane instead
-        // of being copied there (its bytes' references retained) and released with the chunk.
-        records.withUnsafeMutableBufferPointer { $0.reverse() }
-        while let record = records.popLast() {
+        // Each record moves into its lane instead of being copied there (its bytes' references
+        // retained) and released with the chunk.
+        while let record = chunk.next() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
             taken.perPartition[source.topicPartition, default: 0] += 1
