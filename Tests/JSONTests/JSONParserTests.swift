@@ -118,6 +118,27 @@ import Testing
         }
     }
 
+    /// The name after the last key found is tried first: keys in every order, names that are
+    /// prefixes of others, and the empty name are still each read into their own field.
+    @Test func everyOrderOfTheKeysIsReadAlike() throws {
+        let names = ["lat", "la", "l", "", "latitude"]
+        let fields = JSONFieldNames(names)
+        func permutations(_ items: [Int]) -> [[Int]] {
+            items.isEmpty ? [[]] : items.indices.flatMap { index in
+                permutations(items.enumerated().filter { $0.offset != index }.map(\.element)).map { [items[index]] + $0 }
+            }
+        }
+        for order in permutations(Array(names.indices)) {
+            let members = order.map { "\"\(names[$0])\": \($0)" } + ["\"lati\": 9"]
+            let text = "{" + members.joined(separator: ", ") + "}"
+            guard case .object(let values) = try JSONParser.parseTopLevel(Array(text.utf8), fields: fields) else {
+                Issue.record("\(text) read as another value")
+                return
+            }
+            #expect(values == names.indices.map { .number(Double($0)) }, "\(text)")
+        }
+    }
+
     @Test func objectsWrittenInPlaceNestAndSeparateCorrectly() throws {
         var writer = JSONObjectWriter(reservingCapacity: 64)
         writer.add("first", 1)
