@@ -96,6 +96,20 @@ import Testing
         #expect(core.commits.last?.offsets == [core.offset(0, 1)] && core.commits.last?.id != handed[0].id)
     }
 
+    /// Records taken in are counted by partition however their partitions alternate in a
+    /// chunk; those refused (a partition not ours, an offset taken in before) are not.
+    @Test func recordsTakenInAreCountedByPartition() {
+        let core = Core(partitions: [0, 1])
+        let chunk: [ConsumedRecord] = [
+            core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 1), core.fix("c", at: 1, offset: 0, partition: 1),
+            core.fix("d", at: 1, offset: 2), core.fix("e", at: 1, offset: 1, partition: 1), core.fix("f", at: 1, offset: 0, partition: 2),
+            core.fix("g", at: 1, offset: 3), core.fix("h", at: 1, offset: 1, partition: 1),
+        ]
+        let (_, taken) = core.state.consume(chunk, now: core.now)
+        #expect(taken.perPartition == [core.partition(0): 4, core.partition(1): 2],
+                "partition 2 is not assigned; offset 1 of partition 1 came twice")
+    }
+
     /// A commit's answer arrives after its partition was revoked, or revoked and assigned to
     /// this member again: it says nothing about the partition as it is now owned.
     @Test func aCommitAnswerForARevokedOrReassignedPartitionChangesNothing() throws {

@@ -47,6 +47,13 @@ public struct DecodedChunk: Sendable {
     }
 }
 
+extension PipelineState {
+    /// Takes records in, in the order they were read.
+    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
+        consume(DecodedChunk(records), now: now)
+    }
+}
+
 /// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it,
 /// `deadLetterFailed` orders it again after a backoff.
 public struct DeadLetterOrder: Sendable {

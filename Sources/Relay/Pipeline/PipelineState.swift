@@ -94,10 +94,6 @@ public struct PipelineState<Waiter> {
 
     /// Takes consumed records in. Records of partitions not (or no longer) ours, or
     /// already registered, are skipped; bad ones are ordered dead-lettered at once.
-    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
-        consume(DecodedChunk(records), now: now)
-    }
-
     public mutating func consume(_ chunk: consuming DecodedChunk, now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
         var actions = Actions()
         var taken = RecordsTakenIn()
@@ -105,10 +101,11 @@ public struct PipelineState<Waiter> {
         let registeredAt = Moment(now)
         // Each record moves into its lane instead of being copied there (its bytes' references
         // retained) and released with the chunk.
+        var run = PartitionRun()
         while let record = chunk.next() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
-            taken.perPartition[source.topicPartition, default: 0] += 1
+            run.count(source.topicPartition, into: &taken)
             switch consume record {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
@@ -119,6 +116,7 @@ public struct PipelineState<Waiter> {
                 taken.skipped += 1
             }
         }
+        run.end(into: &taken)
         for partition in taken.perPartition.keys { updateShare(partition) }
         updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)
