@@ -240,7 +240,8 @@ struct Scenarios {
     /// Returns the relay's CPU per Fleet Engine request in µs.
     @discardableResult
     func steadyState(_ plan: SteadyPlan, consumeCeiling: Double, requestCeiling: Double, report: inout Report) async throws -> Double {
-        let topic = plan.topic + "-" + runSuffix
+        // As long for either build: a longer topic and vehicle ids cost a little more per event.
+        let topic = plan.topic + "-" + transport.rawValue + (build == nil ? "-a" : "-b")
         let (group, section, vehicles, rate, seconds, warmupLimit) =
             (topic, section(plan.section), plan.vehicles, plan.rate, plan.seconds, plan.warmupLimit)
         try environment.createTopic(topic, partitions: partitions)
@@ -253,8 +254,8 @@ struct Scenarios {
         await probes.resetLatency(locatedAfter: 0)
         var coldCPUBefore = relay.cpuSeconds
         var warmupStarted = ContinuousClock.now
-        // Ends with a character no run's suffix has: the baseline's vehicles share this run's
-        // topic as the start of theirs, and the emulator counts vehicles by prefix.
+        // Ends with a character no topic has: the emulator counts vehicles by prefix, and no
+        // run's vehicles may count as another's.
         let idPrefix = topic + "."
         let stamped = try await produceRound(topic: topic, vehicles: vehicles, idPrefix: idPrefix) {
             coldCPUBefore = relay.cpuSeconds
