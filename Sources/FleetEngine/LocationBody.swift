@@ -151,10 +151,9 @@ private struct BodyWriter {
         written += digits
     }
 
-    /// One copy of the member's text: most of a location's bytes are its members' names.
     mutating func raw(_ text: StaticString) {
         reserve(text.utf8CodeUnitCount)
-        UnsafeMutableRawPointer(memory.baseAddress! + written).copyMemory(from: text.utf8Start, byteCount: text.utf8CodeUnitCount)
+        for index in 0..<text.utf8CodeUnitCount { memory[written + index] = text.utf8Start[index] }
         written += text.utf8CodeUnitCount
     }
 

@@ -7,9 +7,8 @@ import JSON
 enum FieldRules {
     static func validateVehicleId(_ id: String) throws(Rejection) {
         // Nearly every id is short printable ASCII: one pass over the bytes settles it.
-        if utf8Bytes(of: id, {
-            $0.count >= 1 && $0.count <= LocationEventDecoder.maximumVehicleIdLength && $0.allSatisfy(isPlainIdByte)
-        }) { return }
+        let utf8 = id.utf8
+        if utf8.count >= 1, utf8.count <= LocationEventDecoder.maximumVehicleIdLength, utf8.allSatisfy(isPlainIdByte) { return }
         let length = id.unicodeScalars.count
         guard length >= 1, length <= LocationEventDecoder.maximumVehicleIdLength else {
             throw Rejection(reason: .badVehicleId, detail: "vehicle_id must be 1 to \(LocationEventDecoder.maximumVehicleIdLength) characters long, not \(length).")
@@ -22,18 +21,6 @@ enum FieldRules {
                 throw Rejection(reason: .badVehicleId, detail: "vehicle_id must not contain control characters.")
             }
         }
-    }
-
-    /// Whether `bytes` are the text's UTF-8, read in place (a `String.UTF8View` walked byte
-    /// by byte decodes each; this is asked of every record's key).
-    static func bytes(_ bytes: [UInt8], equalUTF8Of text: String) -> Bool {
-        bytes.withUnsafeBufferPointer { bytes in utf8Bytes(of: text) { $0.elementsEqual(bytes) } }
-    }
-
-    /// `body` of the text's UTF-8 bytes in place, a small string's included.
-    static func utf8Bytes<Result>(of text: String, _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
-        var text = text
-        return text.withUTF8(body)
     }
 
     /// Printable ASCII other than the characters a path segment must not hold.

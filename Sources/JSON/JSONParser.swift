@@ -19,9 +19,7 @@ public struct JSONFieldNames: Sendable {
     /// Where each name ends in `bytes` (it starts where the one before ended).
     private let ends: [Int]
 
-    /// - Parameter names: distinct names.
     public init(_ names: [String]) {
-        precondition(Set(names).count == names.count, "field names repeat: \(names)")
         self.bytes = names.flatMap(\.utf8)
         var end = 0
         self.ends = names.map { name in
@@ -32,19 +30,17 @@ public struct JSONFieldNames: Sendable {
 
     public var count: Int { ends.count }
 
-    /// The key's position; `expected`, where the key most likely is, is tried first: a
-    /// producer writes its events' keys in one order, so the name after the last key found
-    /// nearly always matches at once.
-    func index(of key: UnsafeBufferPointer<UInt8>, expected: Int = 0) -> Int? {
+    func index(of key: UnsafeBufferPointer<UInt8>) -> Int? {
         bytes.withUnsafeBufferPointer { bytes in
             ends.withUnsafeBufferPointer { ends in
-                func matches(_ position: Int) -> Bool {
-                    let start = position == 0 ? 0 : ends[position - 1]
-                    return ends[position] - start == key.count
-                        && (key.isEmpty || memcmp(bytes.baseAddress! + start, key.baseAddress!, key.count) == 0)
+                var start = 0
+                for (position, end) in ends.enumerated() {
+                    if end - start == key.count, key.isEmpty || memcmp(bytes.baseAddress! + start, key.baseAddress!, key.count) == 0 {
+                        return position
+                    }
+                    start = end
                 }
-                if expected < ends.count, matches(expected) { return expected }
-                return ends.indices.first(where: matches)
+                return nil
             }
         }
     }
@@ -80,12 +76,7 @@ public struct JSONParser {
                 return .other(try parser.parseDocument())
             }
             var values = [JSONValue?](repeating: nil, count: fields.count)
-            var expected = 0
-            try parser.parseMembers(key: { (parser) throws(JSONParseError) in
-                let index = try parser.parseFieldIndex(in: fields, expected: expected)
-                if let index { expected = index + 1 }
-                return index
-            }) {
+            try parser.parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseFieldIndex(in: fields) }) {
                 if let index = $0 { values[index] = $1 }
             }
             parser.skipWhitespace()
@@ -211,7 +202,7 @@ public struct JSONParser {
 
     /// A key's position among `fields`, nil for any other key. A key without escapes (every
     /// key, in practice) is matched as the bytes it is; one with escapes is decoded first.
-    mutating func parseFieldIndex(in fields: JSONFieldNames, expected: Int = 0) throws(JSONParseError) -> Int? {
+    mutating func parseFieldIndex(in fields: JSONFieldNames) throws(JSONParseError) -> Int? {
         let opening = position
         position += 1
         while position < buffer.count {
@@ -219,7 +210,7 @@ public struct JSONParser {
             if byte == UInt8(ascii: "\"") {
                 let key = UnsafeBufferPointer(rebasing: buffer[(opening + 1)..<position])
                 position += 1
-                return fields.index(of: key, expected: expected)
+                return fields.index(of: key)
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw error("control character in string") }
@@ -227,7 +218,7 @@ public struct JSONParser {
         }
         position = opening
         let key = Array(try parseString().utf8)
-        return key.withUnsafeBufferPointer { fields.index(of: $0, expected: expected) }
+        return key.withUnsafeBufferPointer { fields.index(of: $0) }
     }
 
     mutating func parseString() throws(JSONParseError) -> String {

@@ -32,16 +32,18 @@ public struct RecordDecoding: Sendable {
     /// Throws only when cancelled while the registry is unavailable: the chunk stays uncommitted.
     /// `waiting` hears when the chunk begins to wait for the registry (its reason) and when it
     /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
-    public func decode(_ chunk: consuming [KafkaRecord], waiting: (String?) -> Void) async throws -> DecodedChunk {
+    public func decode(_ chunk: consuming [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
         var inputs = chunk.map(InputRecord.init)
         try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        // Taken off the ends, last first, which is the order the pipeline takes them in: each
-        // record's topic and bytes move into its source instead of being copied (retained) there
-        // and released again with the chunk. Its input still holds the bytes apart, for the decoder.
-        var lastFirst: [ConsumedRecord] = []
-        lastFirst.reserveCapacity(chunk.count)
-        while let record = chunk.popLast(), let input = inputs.popLast() { lastFirst.append(decode(record, input)) }
-        return DecodedChunk(lastFirst: lastFirst)
+        // Taken off the ends of the reversed arrays, in their order: each record's topic and
+        // bytes move into its source instead of being copied (retained) there and released
+        // again with the chunk. Its input still holds the bytes apart, for the decoder.
+        var consumed: [ConsumedRecord] = []
+        consumed.reserveCapacity(chunk.count)
+        chunk.withUnsafeMutableBufferPointer { $0.reverse() }
+        inputs.withUnsafeMutableBufferPointer { $0.reverse() }
+        while let record = chunk.popLast(), let input = inputs.popLast() { consumed.append(decode(record, input)) }
+        return consumed
     }
 
     private func decode(_ record: consuming KafkaRecord, _ input: InputRecord) -> ConsumedRecord {

@@ -161,7 +161,7 @@ public final class Replayer: Service, Sendable {
             try await feed.read { chunk in
                 let records = try await decoding.decode(chunk, waiting: { _ in })
                 tally.withLock { tally in
-                    for case .fix(let fix) in records.inOrder { tally.add(fix.update) }
+                    for case .fix(let fix) in records { tally.add(fix.update) }
                 }
             }
             return !Task.isCancelled

@@ -8,8 +8,8 @@ import Testing
     static let ids = ["veh-00001", "veh-00002", "veh-0001", "veh-000001", "", "vehicle-with-a-long-identifier-0001",
                       "vehicle-with-a-long-identifier-0002", "caf\u{E9}", "cafe\u{301}", "\u{1F697}-7"]
 
-    /// Two identities are equal exactly when kind and id are, and equal ones hash alike: the
-    /// hash kept with an identity stands for both, whichever way the id was made.
+    /// Two identities are equal exactly when kind and id are, and equal ones hash alike,
+    /// whichever way the id was made: the relay's tables are keyed by them.
     @Test func identitiesAreEqualExactlyWhenKindAndIdAre() {
         let identities = VehicleKind.allCases.flatMap { kind in
             Self.ids.map { VehicleIdentity(kind: kind, id: $0) }

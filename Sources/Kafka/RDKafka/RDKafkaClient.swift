@@ -76,15 +76,21 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
         var records: [KafkaRecord] = []
         var reachedEnd: [TopicPartition] = []
         var timeout = timeoutMilliseconds
-        var origins = RecordOrigins()
+        var topicNames: [OpaquePointer: String] = [:]
+        let topicName = { (topic: OpaquePointer?) -> String in
+            guard let topic else { return "" }
+            if let name = topicNames[topic] { return name }
+            let name = String(cString: rd_kafka_topic_name(topic))
+            topicNames[topic] = name
+            return name
+        }
         while records.count < maximum, let message = rd_kafka_consumer_poll(handle, timeout) {
             defer { rd_kafka_message_destroy(message) }
             timeout = 0
-            let (partition, partitionGeneration) = origins.of(message.pointee, rebalances: context.rebalancesServed, generation: generation)
             if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                reachedEnd.append(partition)
-            } else if let record = RDKafkaMessage.record(from: message, partition: partition,
-                                                         generation: partitionGeneration, onError: onError) {
+                reachedEnd.append(TopicPartition(topic: topicName(message.pointee.rkt), partition: message.pointee.partition))
+            } else if let record = RDKafkaMessage.record(from: message, topicName: topicName,
+                                                         generation: generation, onError: onError) {
                 records.append(record)
             }
         }
@@ -302,11 +308,9 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
     private static let rebalanceCallback: @convention(c) (
         OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
     ) -> Void = { handle, code, list, _ in
-        guard let handle, let list, let context = RDKafkaClientContext.from(handle),
-              let owner = context as? RDKafkaRebalanceHandling else { return }
+        guard let handle, let list, let owner = RDKafkaClientContext.from(handle) as? RDKafkaRebalanceHandling else { return }
         let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
         let partitions = RDKafkaTopicPartitionList.entries(list).map(\.topicPartition)
-        context.rebalancesServed += 1
         switch code {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let answer = owner.rebalance(.assign(partitions), cooperative: cooperative)
@@ -454,31 +458,4 @@ final class CommitAnswers: Sendable {
 
 extension Duration {
     var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
-/// Which partition a polled message is of, and under which assignment generation: asked once
-/// per run of messages of one partition, not per message (a hash of the topic's name each
-/// time). A rebalance served meanwhile, inside the poll, makes it ask again.
-private struct RecordOrigins {
-    private var topicNames: [OpaquePointer: String] = [:]
-    private var last: (topic: OpaquePointer?, partition: Int32, rebalances: Int, origin: (TopicPartition, UInt64))?
-
-    mutating func of(_ message: rd_kafka_message_t, rebalances: Int,
-                     generation: (TopicPartition) -> UInt64) -> (TopicPartition, UInt64) {
-        if let last, last.topic == message.rkt, last.partition == message.partition, last.rebalances == rebalances {
-            return last.origin
-        }
-        let partition = TopicPartition(topic: topicName(message.rkt), partition: message.partition)
-        let origin = (partition, generation(partition))
-        last = (message.rkt, message.partition, rebalances, origin)
-        return origin
-    }
-
-    private mutating func topicName(_ topic: OpaquePointer?) -> String {
-        guard let topic else { return "" }
-        if let name = topicNames[topic] { return name }
-        let name = String(cString: rd_kafka_topic_name(topic))
-        topicNames[topic] = name
-        return name
-    }
 }

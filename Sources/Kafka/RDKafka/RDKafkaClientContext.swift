@@ -8,9 +8,6 @@ package class RDKafkaClientContext: @unchecked Sendable {  // subclasses documen
     let logger: Logger
     /// Commits under way and their answers (consumers only).
     let commitAnswers = CommitAnswers()
-    /// Rebalance callbacks served so far: they run inside a poll, on the polling thread, which
-    /// alone reads and changes this.
-    var rebalancesServed = 0
 
     package init(logger: Logger) {
         self.logger = logger

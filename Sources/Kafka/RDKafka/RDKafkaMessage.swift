@@ -5,23 +5,26 @@ enum RDKafkaMessage {
     /// Takes the message by pointer: librdkafka finds its timestamp and headers in
     /// the internal structure around it, so a copy would not do. Nil for error events,
     /// which go to `onError` by name (the caller takes partition EOF out first).
-    static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>, partition: TopicPartition,
-                       generation: UInt64, onError: (String) -> Void) -> KafkaRecord? {
+    static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>,
+                       topicName: (OpaquePointer?) -> String,
+                       generation: (TopicPartition) -> UInt64, onError: (String) -> Void) -> KafkaRecord? {
         let message = pointer.pointee
         guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
             onError(RDKafkaConfig.errorName(message.err))
             return nil
         }
+        let topic = topicName(message.rkt)
         let key: [UInt8]? = message.key.map {
             Array(UnsafeRawBufferPointer(start: $0, count: message.key_len))
         }
         let value = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.len)) } ?? []
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(pointer, &timestampType)
+        let partition = TopicPartition(topic: topic, partition: message.partition)
         return KafkaRecord(
-            topic: partition.topic, partition: message.partition, offset: message.offset, key: key, value: value,
+            topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
             timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
-            assignmentGeneration: generation,
+            assignmentGeneration: generation(partition),
             headers: headers(of: pointer)
         )
     }

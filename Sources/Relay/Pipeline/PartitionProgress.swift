@@ -1,3 +1,4 @@
+import DequeModule
 import Kafka
 
 /// One assigned partition as the pipeline sees it: which of its offsets are
@@ -34,7 +35,7 @@ struct PartitionProgress {
     /// first unfinished until they are compacted away. The first entry is always unfinished.
     /// Records of a backlog finish out of order, a vehicle's at a time: removing each from the
     /// middle would move half the entries, at every finish.
-    private var entries = EntryQueue()
+    private var entries = Deque<Entry>()
     /// Registered offsets not yet finished.
     private(set) var unfinishedCount = 0
     /// Entries kept, finished ones included: what the books cost.
@@ -125,46 +126,5 @@ struct PartitionProgress {
     /// How long the oldest unfinished record has waited (zero when none waits).
     func oldestUnfinishedAge(now: ContinuousClock.Instant) -> Duration {
         entries.first.map { now - $0.registeredAt.instant } ?? .zero
-    }
-}
-
-extension PartitionProgress {
-    /// The entries in order: an array whose front is left behind as entries leave it, and
-    /// dropped once it is the larger part. A finish searches the entries by halves, a dozen
-    /// reads of a contiguous array (a `Deque` maps each read around its ring: 3 % of a
-    /// backlog drain's CPU went to these searches).
-    struct EntryQueue {
-        private var storage: [Entry] = []
-        /// Where the entries begin in `storage`.
-        private var start = 0
-
-        var count: Int { storage.count - start }
-        var first: Entry? { start < storage.count ? storage[start] : nil }
-
-        subscript(position: Int) -> Entry {
-            get { storage[start + position] }
-            _modify { yield &storage[start + position] }
-        }
-
-        mutating func append(_ entry: Entry) {
-            storage.append(entry)
-        }
-
-        mutating func removeFirst() {
-            start += 1
-            if start == storage.count {
-                storage.removeAll(keepingCapacity: true)
-                start = 0
-            } else if start >= 64, start * 2 >= storage.count {
-                storage.removeSubrange(..<start)
-                start = 0
-            }
-        }
-
-        mutating func removeAll(where shouldBeRemoved: (Entry) -> Bool) {
-            storage.removeSubrange(..<start)
-            start = 0
-            storage.removeAll(where: shouldBeRemoved)
-        }
     }
 }

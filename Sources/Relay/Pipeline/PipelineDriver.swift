@@ -95,11 +95,13 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Takes consumed records in.
-    public func consume(_ chunk: consuming DecodedChunk) {
+    public func consume(_ records: consuming [ConsumedRecord]) {
         // Handed over whole, so that the pipeline holds the only reference and moves each record.
-        var handedOver = Optional(consume chunk)
+        var handedOver = consume records
         let (actions, taken) = pipeline.handle { state in
-            state.consume(handedOver.take()!, now: .now)
+            var chunk: [ConsumedRecord] = []
+            swap(&chunk, &handedOver)
+            return state.consume(chunk, now: .now)
         }
         carryOut(actions)
         if !taken.perPartition.isEmpty { statistics.recordConsumed(taken.perPartition) }

@@ -20,40 +20,6 @@ public enum ConsumedRecord: Sendable {
     }
 }
 
-/// A chunk of decoded records on its way into the pipeline, kept last first: the pipeline takes
-/// each off the end, in order, moving it into its lane. Decoding fills it from the end of the
-/// chunk read, so no pass reverses it (a record is about 200 bytes: reversing a chunk twice
-/// was 3 % of a backlog drain's CPU).
-public struct DecodedChunk: Sendable {
-    private var lastFirst: [ConsumedRecord]
-
-    /// Records in the order they were read.
-    public init(_ records: [ConsumedRecord]) {
-        lastFirst = records.reversed()
-    }
-
-    init(lastFirst: consuming [ConsumedRecord]) {
-        self.lastFirst = lastFirst
-    }
-
-    public var count: Int { lastFirst.count }
-
-    /// The records in the order they were read, without taking them.
-    public var inOrder: ReversedCollection<[ConsumedRecord]> { lastFirst.reversed() }
-
-    /// Takes the next record, in the order they were read.
-    mutating func next() -> ConsumedRecord? {
-        lastFirst.popLast()
-    }
-}
-
-extension PipelineState {
-    /// Takes records in, in the order they were read.
-    public mutating func consume(_ records: [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
-        consume(DecodedChunk(records), now: now)
-    }
-}
-
 /// A record to write to the dead-letter topic; `PipelineState.deadLetterWritten` finishes it,
 /// `deadLetterFailed` orders it again after a backoff.
 public struct DeadLetterOrder: Sendable {

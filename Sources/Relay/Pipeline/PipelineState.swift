@@ -94,18 +94,18 @@ public struct PipelineState<Waiter> {
 
     /// Takes consumed records in. Records of partitions not (or no longer) ours, or
     /// already registered, are skipped; bad ones are ordered dead-lettered at once.
-    public mutating func consume(_ chunk: consuming DecodedChunk, now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
+    public mutating func consume(_ records: consuming [ConsumedRecord], now: ContinuousClock.Instant) -> (Actions, RecordsTakenIn) {
         var actions = Actions()
         var taken = RecordsTakenIn()
         guard !intakeClosed else { return (actions, taken) }
         let registeredAt = Moment(now)
-        // Each record moves into its lane instead of being copied there (its bytes' references
-        // retained) and released with the chunk.
-        var run = PartitionRun()
-        while let record = chunk.next() {
+        // Off the end of the reversed chunk, in order: each record moves into its lane instead
+        // of being copied there (its bytes' references retained) and released with the chunk.
+        records.withUnsafeMutableBufferPointer { $0.reverse() }
+        while let record = records.popLast() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
-            run.count(source.topicPartition, into: &taken)
+            taken.perPartition[source.topicPartition, default: 0] += 1
             switch consume record {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
@@ -116,7 +116,6 @@ public struct PipelineState<Waiter> {
                 taken.skipped += 1
             }
         }
-        run.end(into: &taken)
         for partition in taken.perPartition.keys { updateShare(partition) }
         updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)

@@ -35,10 +35,6 @@ struct VehicleLane {
 
     /// Fixes not yet sent, in consumption order.
     var queued: [PendingFix] = []
-    /// How many fixes the vehicle's last request took: a backlog's next request takes about as
-    /// many, and the queue is made that large at once instead of growing (a copy of every fix
-    /// held at each doubling).
-    private var lastTaken: UInt16 = 0
     private var lastActiveMoment: Moment
     /// The assignment epoch in which Fleet Engine's live location was last taken into account;
     /// 0: never (epochs start at 1 with the first assignment).
@@ -75,18 +71,6 @@ struct VehicleLane {
 
     /// May join the ready queue now: it has fixes, nothing under way and nothing scheduled.
     var wantsScheduling: Bool { !queued.isEmpty && !inFlight && schedule == .idle }
-
-    mutating func enqueue(_ fix: consuming PendingFix) {
-        if queued.capacity == 0, lastTaken > 1 { queued.reserveCapacity(Int(lastTaken)) }
-        queued.append(fix)
-    }
-
-    /// Takes every queued fix, for a request.
-    mutating func takeQueued() -> [PendingFix] {
-        lastTaken = UInt16(clamping: queued.count)
-        defer { queued = [] }
-        return queued
-    }
 
     mutating func learn(newestKnownMilliseconds newest: Int64?) {
         guard let newest else { return }

@@ -60,7 +60,7 @@ struct VehicleScheduler {
     mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         let vehicle = fix.update.vehicle
         let lane = laneIndex(vehicle, now: now)
-        lanes.values[lane].enqueue(fix)
+        lanes.values[lane].queued.append(fix)
         lanes.values[lane].lastActive = now
         return schedule(vehicle, at: lane, now: now)
     }
@@ -177,7 +177,8 @@ struct VehicleScheduler {
             let taken: (queued: [PendingFix], newestKnown: Int64?)? = inPlace(lane) { lane in
                 guard lane.schedule == .ready else { return nil }
                 lane.schedule = .idle
-                return (lane.takeQueued(), lane.newestKnownMilliseconds)
+                defer { lane.queued = [] }
+                return (lane.queued, lane.newestKnownMilliseconds)
             }
             guard let (queued, newestKnown) = taken else { continue }
             let coalesced = Coalescer.coalesce(vehicle: vehicle, fixes: Self.owned(consume queued, owns: owns),
