@@ -28,7 +28,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Fixes per vehicle in the backlog.")
     var drainFixesPerVehicle = 100
 
-    @Option(help: "Backlog drains per transport (and per build, with a baseline), each of a fresh backlog, the builds taking turns at going first (an even number balances the order: the second drain of a round costs the relay about 5 % less per event); the table reports each figure's median. One drain's CPU per event varies by about ±10 % from run to run.")
+    @Option(help: "Backlog drains per transport (and per build, with a baseline), each of a fresh backlog, the builds taking turns at going first (an even number balances the order); the table reports each figure's median. One drain's CPU per event varies by about ±10 % from run to run.")
     var drainRounds = 1
 
     @Option(help: "Vehicles in each input format's backlog.")
@@ -134,9 +134,8 @@ struct BenchCommand: AsyncParsableCommand {
                 topic: "bench-older\(suffix)", vehicles: drainVehicles, fixesPerVehicle: drainFixesPerVehicle,
                 idPrefix: "older\(suffix)-")
             var roundReport = Report()
-            // The second drain of a round costs the relay less (about 5 % per event: the
-            // emulator holds the first drain's vehicles too, answers a little later, and more
-            // fixes gather per request), so the builds take turns going first.
+            // The second drain of a round meets an emulator holding the first's vehicles too:
+            // the builds take turns going first, so that the order favours neither.
             let baselineFirst = round % 2 == 1
             for (run, ceiling) in zip(runs, requestCeilings) {
                 let title = "2. backlog drain over \(run.transport.title)" + (drainRounds > 1 ? ", round \(round) of \(drainRounds)" : "")
