@@ -23,18 +23,4 @@ import Testing
             }
         }
     }
-
-    /// A table finds each of many vehicles by an identity made apart from the one it stored.
-    @Test func tablesFindEveryVehicleByAnIdentityMadeApart() {
-        var table: [VehicleIdentity: Int] = [:]
-        for index in 0..<20_000 {
-            table[VehicleIdentity(kind: index % 3 == 0 ? .deliveryVehicle : .vehicle, id: "bench-vehicle-\(index)")] = index
-        }
-        #expect(table.count == 20_000)
-        for index in 0..<20_000 {
-            let kind: VehicleKind = index % 3 == 0 ? .deliveryVehicle : .vehicle
-            #expect(table[VehicleIdentity(kind: kind, id: "bench-vehicle-\(index)")] == index)
-            #expect(table[VehicleIdentity(kind: kind == .vehicle ? .deliveryVehicle : .vehicle, id: "bench-vehicle-\(index)")] == nil)
-        }
-    }
 }

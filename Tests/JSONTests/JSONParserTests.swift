@@ -118,8 +118,8 @@ import Testing
         }
     }
 
-    /// The name after the last key found is tried first: keys in every order, names that are
-    /// prefixes of others, and the empty name are still each read into their own field.
+    /// Keys in every order, names that are prefixes of others, and the empty name are each read
+    /// into their own field; a key that only starts like a field's name is none of them.
     @Test func everyOrderOfTheKeysIsReadAlike() throws {
         let names = ["lat", "la", "l", "", "latitude"]
         let fields = JSONFieldNames(names)
