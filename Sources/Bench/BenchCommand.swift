@@ -43,6 +43,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Events per second in the warm steady scenario.")
     var warmRate = 1_000
 
+    @Option(help: "Warm steady states per transport (and per build, with a baseline), each on a fresh topic, the builds taking turns at going first (an even number balances the order); the table reports each figure's median. One run's CPU per request varies by about ±15 %.")
+    var warmRounds = 1
+
     @Option(help: "Vehicles in the overload steady-state scenario (each reports every vehicles/rate seconds).")
     var steadyVehicles = 100_000
 
@@ -80,7 +83,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Skip the scenarios before this one (after the ceilings): drain, warm, steady, formats, replay or quota.")
     var from: Stage = .ceilings
 
-    @Option(help: "A relay binary to compare this one with, such as the build before a change. The backlog drain and the warm steady state then also run with it, in this run, each just before this build's; the table adds this build's figures as ratios to the baseline's.")
+    @Option(help: "A relay binary to compare this one with, such as the build before a change. The backlog drain and the warm steady state then also run with it, in this run, the builds taking turns at going first (see --drain-rounds and --warm-rounds); the table adds this build's figures as ratios to the baseline's.")
     var baselineRelayBinary: String?
 
     @Option(help: "Record the relay's CPU profile with Linux perf during each backlog drain and warm steady state into this directory, and print its top symbols and threads. Profiled runs' CPU figures include perf's cost: compare them with each other only.")
@@ -159,8 +162,46 @@ struct BenchCommand: AsyncParsableCommand {
         return cpu.mapValues(Report.median)
     }
 
+    /// The warm steady states, `warmRounds` of them per transport, each on a topic of its own
+    /// (named as long for either build): the baseline runs just before this build in odd
+    /// rounds and just after it in even ones. Returns this build's median relay CPU per request.
+    private func warmRounds(_ runs: [Scenarios], consumeCeiling: Double, requestCeilings: [Double],
+                            report: inout Report) async throws -> [Transport: Double] {
+        var rounds: [Report] = []
+        var cpu: [Transport: [Double]] = [:]
+        for round in 1...warmRounds {
+            var roundReport = Report()
+            let baselineFirst = round % 2 == 1
+            for (run, ceiling) in zip(runs, requestCeilings) {
+                let counted = warmRounds > 1 ? ", round \(round) of \(warmRounds)" : ""
+                say("3. warm steady state over \(run.transport.title)\(counted): \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
+                // No round's topic is the start of another's: the emulator counts vehicles by prefix.
+                let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: round == 1 ? "bench-warm" : "bench-warm\(round)",
+                                                vehicles: warmVehicles, rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit,
+                                                profileName: round == 1 ? "warm" : "warm\(round)")
+                let runBaseline = { (report: inout Report) async throws in
+                    guard let baselineRelayBinary else { return }
+                    say("   baseline build")
+                    try await run.baseline(baselineRelayBinary).steadyState(plan, consumeCeiling: consumeCeiling, requestCeiling: ceiling,
+                                                                            report: &report)
+                }
+                if baselineFirst { try await runBaseline(&roundReport) }
+                if baselineRelayBinary != nil { say("   this build") }
+                cpu[run.transport, default: []].append(
+                    try await run.steadyState(plan, consumeCeiling: consumeCeiling, requestCeiling: ceiling, report: &roundReport))
+                if !baselineFirst { try await runBaseline(&roundReport) }
+            }
+            rounds.append(roundReport)
+        }
+        report.addMedians(of: rounds)
+        if warmRounds > 1 { report.notes.append("Warm steady-state figures are medians of \(warmRounds) runs per build and transport.") }
+        for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, "warm steady state", Self.warmComparisons, &report) }
+        return cpu.mapValues(Report.median)
+    }
+
     func validate() throws {
         guard drainRounds >= 1 else { throw ValidationError("--drain-rounds must be at least 1") }
+        guard warmRounds >= 1 else { throw ValidationError("--warm-rounds must be at least 1") }
     }
 
     enum Stage: String, ExpressibleByArgument, Comparable, CaseIterable {
@@ -208,20 +249,7 @@ struct BenchCommand: AsyncParsableCommand {
                                                  report: &report)
             }
             if until >= .warm, from <= .warm {
-                for (run, ceiling) in zip(runs, requestCeilings) {
-                    say("3. warm steady state over \(run.transport.title): \(warmRate) events/s over \(warmVehicles) vehicles, measured for \(steadySeconds) s after the cold start")
-                    let plan = Scenarios.SteadyPlan(section: "warm steady state", topic: "bench-warm", vehicles: warmVehicles,
-                                                    rate: warmRate, seconds: steadySeconds, warmupLimit: warmupLimit,
-                                                    profileName: "warm")
-                    if let baselineRelayBinary {
-                        say("   baseline build first")
-                        try await run.baseline(baselineRelayBinary).steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
-                                                                                report: &report)
-                    }
-                    warmCPU[run.transport] = try await run.steadyState(plan, consumeCeiling: consume, requestCeiling: ceiling,
-                                                                        report: &report)
-                    if baselineRelayBinary != nil { compareWithBaseline(run, "warm steady state", Self.warmComparisons, &report) }
-                }
+                warmCPU = try await warmRounds(runs, consumeCeiling: consume, requestCeilings: requestCeilings, report: &report)
             }
             let comparisons = [("backlog drain: relay CPU for the whole backlog", drainCPU),
                                ("warm steady state: relay CPU per request (one fix each)", warmCPU)]
