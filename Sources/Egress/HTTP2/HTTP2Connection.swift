@@ -31,14 +31,26 @@ final class HTTP2Connection: Sendable {
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { completion in
                 if channel.eventLoop.inEventLoop {
-                    handler.value.start(exchange, completion: completion)
+                    handler.value.start(exchange, completion: .task(completion))
                 } else {
-                    channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: completion) }
+                    channel.eventLoop.execute { [handler] in handler.value.start(exchange, completion: .task(completion)) }
                 }
             }
         } onCancel: { [channel, handler] in
             channel.eventLoop.execute { handler.value.cancel(exchange) }
         }
+    }
+
+    /// Starts `request` from this connection's event loop; `completion` runs there, once.
+    func start(_ request: EgressRequest, completion: @escaping (Result<EgressResponse, any Error>) -> Void) -> Exchange {
+        let exchange = Exchange(request)
+        handler.value.start(exchange, completion: .callback(completion))
+        return exchange
+    }
+
+    /// Ends an exchange started from this event loop: its completion hears a `CancellationError`.
+    func cancel(_ exchange: Exchange) {
+        handler.value.cancel(exchange)
     }
 
     func close() {

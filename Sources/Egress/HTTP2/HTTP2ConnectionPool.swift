@@ -67,18 +67,35 @@ public final class HTTP2ConnectionPool: Sendable {
     /// Sends `request`, once more on a fresh connection when the first one was closing and
     /// the server certainly did not process it (a GOAWAY or REFUSED_STREAM), so that a
     /// front end draining a connection costs no failed request.
-    public func execute(_ request: EgressRequest) async throws -> EgressResponse {
+    /// - Parameter resendsOnce: false when the request was already sent once and not processed
+    ///   (through `start`): this is its resend.
+    public func execute(_ request: EgressRequest, resendsOnce: Bool = true) async throws -> EgressResponse {
         do {
             return try await executeOnce(request)
-        } catch let error as ExchangeError where error.isSafeToRetry {
-            let reason: ResendReason = switch error {
-            case .refusedByGoAway: .goaway
-            case .streamReset: .refusedStream
-            default: .notSent
-            }
-            resends[reason]?.increment()
+        } catch let error as ExchangeError where error.isSafeToRetry && resendsOnce {
+            resends[error.resendReason]?.increment()
             return try await executeOnce(request)
         }
+    }
+
+    /// Starts `request` at once on a ready connection of the caller's event loop, where
+    /// `completion` then runs, once; nil when there is none (a connection to open or wait for,
+    /// or only other loops' free): the caller awaits `execute` instead. An exchange the server
+    /// certainly did not process ends in an `ExchangeError` that `isSafeToRetry`: counted here as
+    /// a resend, for the caller to send again through `execute(_:resendsOnce: false)`.
+    public func start(_ request: EgressRequest,
+                      completion: @escaping (Result<EgressResponse, any Error>) -> Void) -> EgressCall? {
+        let (slot, leased) = lease()
+        guard case .send(let connection) = leased, connection.isLocal else {
+            state.withLock { $0.released(slot: slot) }
+            return nil
+        }
+        let exchange = connection.start(request) { [self] result in
+            state.withLock { $0.released(slot: slot) }
+            if case .failure(let error as ExchangeError) = result, error.isSafeToRetry { resends[error.resendReason]?.increment() }
+            completion(result)
+        }
+        return EgressCall(connection: connection, exchange: exchange)
     }
 
     private func executeOnce(_ request: EgressRequest) async throws -> EgressResponse {
@@ -129,3 +146,25 @@ public final class HTTP2ConnectionPool: Sendable {
 }
 
 extension HTTP2Connection: PooledConnection {}
+
+/// A request `HTTP2ConnectionPool.start` started, for its caller to cancel from the same event loop.
+public struct EgressCall: @unchecked Sendable {  // used only on the connection's event loop
+    fileprivate let connection: HTTP2Connection
+    fileprivate let exchange: Exchange
+
+    /// Ends the request: its completion hears a `CancellationError` (unless it ended already).
+    public func cancel() {
+        connection.cancel(exchange)
+    }
+}
+
+extension ExchangeError {
+    /// Why a request the server did not process is sent again, as the resend counter names it.
+    fileprivate var resendReason: HTTP2ConnectionPool.ResendReason {
+        switch self {
+        case .refusedByGoAway: .goaway
+        case .streamReset: .refusedStream
+        default: .notSent
+        }
+    }
+}

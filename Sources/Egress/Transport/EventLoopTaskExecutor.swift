@@ -5,7 +5,7 @@ import NIOPosix
 /// that loop's connections without a hop and is resumed there when the answer arrives,
 /// instead of crossing to the global pool and back for every request.
 public final class EventLoopTaskExecutor: TaskExecutor, Sendable {
-    private let eventLoop: any EventLoop
+    public let eventLoop: any EventLoop
 
     init(_ eventLoop: any EventLoop) {
         self.eventLoop = eventLoop

@@ -5,7 +5,7 @@ import NIOHTTP2
 /// task, then touched only on the connection's event loop.
 final class Exchange: @unchecked Sendable {
     /// Resumed once: the streams' state machine ends each stream once (tested).
-    typealias Completion = UnsafeContinuation<EgressResponse, any Error>
+    typealias Completion = ExchangeCompletion
 
     /// Answers are small JSON; a larger one is refused rather than buffered.
     static let maximumBodyBytes = 1 << 20
@@ -57,5 +57,24 @@ final class Exchange: @unchecked Sendable {
     func response() throws -> EgressResponse {
         guard let status else { throw ExchangeError.malformedResponse("the answer ended without a status") }
         return EgressResponse(status: status, retryAfter: retryAfter, grpc: grpc, body: body ?? ByteBuffer())
+    }
+}
+
+/// How the caller of an exchange hears its end, once: a task suspended for it, or a callback
+/// run on the connection's event loop (a caller there that starts its next request from the
+/// answer, without a task resumed in between).
+enum ExchangeCompletion {
+    case task(UnsafeContinuation<EgressResponse, any Error>)
+    case callback((Result<EgressResponse, any Error>) -> Void)
+
+    func resume(returning response: EgressResponse) { resume(with: .success(response)) }
+
+    func resume(throwing error: any Error) { resume(with: .failure(error)) }
+
+    func resume(with result: Result<EgressResponse, any Error>) {
+        switch self {
+        case .task(let continuation): continuation.resume(with: result)
+        case .callback(let callback): callback(result)
+        }
     }
 }
