@@ -178,6 +178,26 @@ public final class TokenCache: Sendable {
         }
     }
 
+    /// The vehicle's token when one is ready to hand out, without waiting: nil when it would
+    /// have to be minted or waited for (`token(for:)` then), or its last mint failed. A hit is
+    /// counted and may order the token's refresh, as through `token(for:)`.
+    public func readyToken(for vehicle: VehicleIdentity) -> String? {
+        let key = cacheKey(vehicle)
+        let now = clock()
+        let found = state.withLock { state -> (StoredToken, RefreshOrder?)? in
+            // Only a token `look` would hand out: a lookup that would mint or wait changes nothing.
+            guard let index = state.slots.index(forKey: key), case .ready(let token) = state.slots.values[index].entry,
+                  now < token.expiresAt - state.slots.values[index].marginSeconds else { return nil }
+            state.uses += 1
+            state.slots.values[index].lastUsed = state.uses
+            return (token, refreshOrder(at: index, key: key, now: now, in: &state))
+        }
+        guard let (token, refresh) = found else { return nil }
+        hitsCounted.increment()
+        if let refresh { orderRefresh.yield(refresh) }
+        return token.text
+    }
+
     /// One lookup, under the lock: what the caller does next. A slot this caller is to mint is
     /// marked `minting` here, so that the callers after it wait for this one mint.
     private func look(_ key: VehicleIdentity, now: Int64, in state: inout State) -> Lookup {
@@ -188,10 +208,7 @@ public final class TokenCache: Sendable {
         let slot = state.slots.values[index]
         switch slot.entry {
         case .ready(let token) where now < token.expiresAt - slot.marginSeconds:
-            guard now >= slot.refreshAt, slot.refresh == nil else { return .hit(token, refresh: nil) }
-            state.refreshesOrdered += 1
-            state.slots.values[index].refresh = .ordered(state.refreshesOrdered)
-            return .hit(token, refresh: RefreshOrder(key: key, number: state.refreshesOrdered))
+            return .hit(token, refresh: refreshOrder(at: index, key: key, now: now, in: &state))
         case .minting:
             return .wait
         case .failed(let error, let retryAt) where now < retryAt:
@@ -202,6 +219,15 @@ public final class TokenCache: Sendable {
         default:
             return beginMint(key, in: &state)
         }
+    }
+
+    /// The refresh a hit on the slot at `index` orders: once its refresh point passed, unless
+    /// one is ordered or running already.
+    private func refreshOrder(at index: Int, key: VehicleIdentity, now: Int64, in state: inout State) -> RefreshOrder? {
+        guard now >= state.slots.values[index].refreshAt, state.slots.values[index].refresh == nil else { return nil }
+        state.refreshesOrdered += 1
+        state.slots.values[index].refresh = .ordered(state.refreshesOrdered)
+        return RefreshOrder(key: key, number: state.refreshesOrdered)
     }
 
     /// Marks the slot `minting` for the caller that looked.

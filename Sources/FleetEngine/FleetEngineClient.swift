@@ -101,7 +101,7 @@ public final class FleetEngineClient: Sendable {
 
     /// Executors on the event loops of the client's connections: a task preferring one
     /// sends and is resumed on the same thread as its connection.
-    public var connectionExecutors: [any TaskExecutor] { EventLoopTaskExecutor.singletonLoops }
+    public var connectionExecutors: [EventLoopTaskExecutor] { EventLoopTaskExecutor.singletonLoops }
 
     /// The pools for the base URL; what is wrong with it otherwise, reported by every request.
     private static func transport(for configuration: Configuration) -> Result<Transport, TransportFailure> {
@@ -145,19 +145,55 @@ public final class FleetEngineClient: Sendable {
     }
 
     /// Sends one update over the configured protocol.
-    public func send(_ update: VehicleLocationUpdate, token: String) async -> Response {
+    /// - Parameter resent: `start` sent it already, and the server certainly did not process it:
+    ///   this is its one resend.
+    public func send(_ update: VehicleLocationUpdate, token: String, resent: Bool = false) async -> Response {
+        let (exchange, answer) = updateExchange(update, token: token)
+        return answer(await execute(exchange, resendsOnce: !resent))
+    }
+
+    /// Starts an update at once on a ready HTTP/2 connection of the caller's event loop, where
+    /// `completion` then runs with the answer, or with nil when the server certainly did not
+    /// process it (a connection going away): `send` it then, as `resent`. Returns nil without starting when
+    /// no such connection is ready (being opened, HTTP/1.1, only other loops' free): `send` it.
+    public func start(_ update: VehicleLocationUpdate, token: String,
+                      completion: @escaping (Response?) -> Void) -> EgressCall? {
+        guard case .success(let transport) = transport, let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed)
+        else { return nil }
+        let (exchange, answer) = updateExchange(update, token: token)
+        return http2.start(exchange) { result in
+            switch result {
+            case .success(let response): completion(answer(.success(response)))
+            case .failure(let error as ExchangeError) where error.isSafeToRetry: completion(nil)
+            case .failure(let error): completion(answer(.failure(Self.failure(error))))
+            }
+        }
+    }
+
+    /// An update's exchange over the configured protocol, and how its outcome reads as a `Response`.
+    private func updateExchange(_ update: VehicleLocationUpdate, token: String)
+        -> (EgressRequest, (Result<EgressResponse, TransportFailure>) -> Response) {
         switch configuration.wireProtocol {
-        case .rest: await send(FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode),
-                               token: token)
-        case .grpc: await send(GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
-                               token: token)
+        case .rest:
+            let request = FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode)
+            return (restExchange(request, token: token), Self.restResponse)
+        case .grpc:
+            let request = GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode)
+            return (grpcExchange(request, token: token), Self.grpcResponse)
         }
     }
 
     public func send(_ request: FleetEngineRequest, token: String) async -> Response {
-        let exchange = EgressRequest(method: request.method, path: request.pathAndQuery, bearerToken: token,
-                                     contentType: "application/json", body: request.bodyBuffer)
-        switch await execute(exchange) {
+        Self.restResponse(await execute(restExchange(request, token: token)))
+    }
+
+    private func restExchange(_ request: FleetEngineRequest, token: String) -> EgressRequest {
+        EgressRequest(method: request.method, path: request.pathAndQuery, bearerToken: token,
+                      contentType: "application/json", body: request.bodyBuffer)
+    }
+
+    private static func restResponse(_ result: Result<EgressResponse, TransportFailure>) -> Response {
+        switch result {
         case .success(let response):
             let retryAfter = RetryAfter.seconds(from: response.retryAfter)
             let outcome = FleetEngineOutcome.classify(status: response.status, retryAfterSeconds: retryAfter)
@@ -171,7 +207,11 @@ public final class FleetEngineClient: Sendable {
     /// A gRPC update call. Its answer takes the path of the HTTP status Google's APIs give its
     /// code, with `RetryInfo` as `Retry-After`; the message names the code.
     public func send(_ request: GRPCRequest, token: String) async -> Response {
-        switch await execute(grpcExchange(request, token: token)) {
+        Self.grpcResponse(await execute(grpcExchange(request, token: token)))
+    }
+
+    private static func grpcResponse(_ result: Result<EgressResponse, TransportFailure>) -> Response {
+        switch result {
         case .success(let response):
             let answer = GRPCAnswer(response)
             let status = answer.code.httpStatus
@@ -228,7 +268,7 @@ public final class FleetEngineClient: Sendable {
                       otherHeaders: request.otherHeaders(timeout: configuration.requestTimeout), body: request.framedMessage)
     }
 
-    private func execute(_ request: EgressRequest) async -> Result<EgressResponse, TransportFailure> {
+    private func execute(_ request: EgressRequest, resendsOnce: Bool = true) async -> Result<EgressResponse, TransportFailure> {
         let transport: Transport
         switch self.transport {
         case .success(let ready): transport = ready
@@ -237,7 +277,7 @@ public final class FleetEngineClient: Sendable {
         do {
             if let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed) {
                 do {
-                    return .success(try await http2.execute(request))
+                    return .success(try await http2.execute(request, resendsOnce: resendsOnce))
                 } catch ExchangeError.http2NotNegotiated(let named) {
                     guard configuration.egress.httpVersion == .automatic else {
                         return .failure(TransportFailure(cause: .httpVersion, message: "Fleet Engine did not negotiate HTTP/2 (ALPN answered "
@@ -248,9 +288,13 @@ public final class FleetEngineClient: Sendable {
             }
             return .success(try await transport.http1.execute(request))
         } catch {
-            let failure = TransportFailure.describe(error)
-            return .failure(TransportFailure(cause: failure.cause, message: "request failed: \(failure.message)"))
+            return .failure(Self.failure(error))
         }
+    }
+
+    private static func failure(_ error: any Error) -> TransportFailure {
+        let failure = TransportFailure.describe(error)
+        return TransportFailure(cause: failure.cause, message: "request failed: \(failure.message)")
     }
 
     /// `error.message` from a Google API error body, else the body's start.
