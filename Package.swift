@@ -166,7 +166,7 @@ let package = Package(
         .target(
             name: "Relay",
             dependencies: [
-                "FleetModel", "JSON", "Kafka", "FleetAuth", "FleetEngine", "InputFormats",
+                "FleetModel", "JSON", "Kafka", "FleetAuth", "FleetEngine", "Egress", "InputFormats",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "OrderedCollections", package: "swift-collections"),

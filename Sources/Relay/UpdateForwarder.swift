@@ -1,3 +1,4 @@
+import Egress
 import FleetAuth
 import FleetEngine
 import FleetModel
@@ -85,7 +86,7 @@ public struct Delivery: Sendable, Equatable {
 /// Asked to, it first reads the vehicle's live location and sends nothing when Fleet
 /// Engine already holds a newer fix: after a restart or a rebalance, replayed records are
 /// older than what the previous owner delivered, and must not move the vehicle backwards.
-public struct UpdateForwarder: Sendable {
+public final class UpdateForwarder: Sendable {
     let client: FleetEngineClient
     let tokens: TokenCache
     let statistics: RelayStatistics
@@ -111,10 +112,15 @@ public struct UpdateForwarder: Sendable {
     ///   - checkLiveLocation: read the vehicle's location from Fleet Engine first.
     ///   - revocations: set once a partition of the records is being revoked: nothing more is
     ///     sent then, so the revoke waits for at most the request already under way.
+    ///   - refused: the attempt so far, when `start` began it and Fleet Engine refused its
+    ///     token: a fresh one is minted for it, and not again.
+    ///   - resent: `start` sent the update, and the server certainly did not process it (a
+    ///     connection going away): the first send here is its one resend.
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
-                        revocations: [Revocation] = []) async -> Delivery {
+                        revocations: [Revocation] = [], afterRefusal refused: Delivery? = nil,
+                        resent: Bool = false) async -> Delivery {
         let stillOwned = { !revocations.contains { $0.isSet } }
-        var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
+        var delivery = refused ?? Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
         guard var token = await token(for: update.vehicle, &delivery) else { return delivery }
         guard !Task.isCancelled, stillOwned() else { return delivery }
         var update = update
@@ -123,41 +129,92 @@ public struct UpdateForwarder: Sendable {
             guard !Task.isCancelled, stillOwned() else { return delivery }
             update = Self.leavingOut(olderThan: delivery.newestKnownMilliseconds, update, &delivery)
         }
-        var reauthenticated = false
+        var reauthenticated = refused != nil
+        var resent = resent
         while true {
             let started = ContinuousClock.now
-            let response = await client.send(update, token: token)
+            let response = await client.send(update, token: token, resent: resent)
+            resent = false
             delivery.countRequest(answered: response.status != 0)
             if Task.isCancelled { return delivery }  // shutdown ended it: says nothing about Fleet Engine
-            delivery.fleetEngineLatency = .now - started
-            statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
-            switch response.outcome {
-            case .accepted:
-                delivery.outcome = .accepted
-                delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
-                return delivery
-            case .unauthenticated, .permissionDenied:
-                let refusal = response.outcome.refusal ?? .unauthenticated
-                guard !reauthenticated else {
-                    delivery.outcome = .rejected(refusal, detail: Self.detail(response))
-                    return delivery
-                }
-                reauthenticated = true
-                tokens.invalidate(update.vehicle, refused: token)
-                statistics.recordRetry(cause: .refusedToken(refusal))
-                guard let fresh = await self.token(for: update.vehicle, &delivery) else { return delivery }
-                guard !Task.isCancelled, stillOwned() else { return delivery }
-                token = fresh
-            case .rejected(let refusal):
-                delivery.outcome = .rejected(refusal, detail: Self.detail(response))
-                return delivery
-            case .transient(let cause, let retryAfter):
-                logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying later")
-                delivery.outcome = .retry(TransientFailure(cause: cause, detail: Self.detail(response),
-                                                           retryAfterSeconds: retryAfter))
-                statistics.recordRetry(cause: cause)
-                return delivery
+            guard case .mintAgain = answered(response, update, token: token, startedAt: started,
+                                             reauthenticated: reauthenticated, &delivery) else { return delivery }
+            reauthenticated = true
+            guard let fresh = await self.token(for: update.vehicle, &delivery) else { return delivery }
+            guard !Task.isCancelled, stillOwned() else { return delivery }
+            token = fresh
+        }
+    }
+
+    /// How `start`'s attempt ended.
+    public enum StartedAttempt: Sendable {
+        case ended(Delivery)
+        /// Fleet Engine refused the token (already dropped from the cache): `deliver` the update
+        /// `afterRefusal` of this attempt so far.
+        case mintAgain(Delivery)
+        /// The connection went away before Fleet Engine processed the update: `deliver` it anew,
+        /// `resent`.
+        case resend
+    }
+
+    /// Begins the attempt at once when it needs no waiting: the vehicle's token ready in the
+    /// cache, no live location to read, a ready HTTP/2 connection on the caller's event loop.
+    /// `completion` then runs there with how it ended; `isCancelled` says whether shutdown
+    /// ended it meanwhile (the delivery says `.abandoned` then). Returns nil without sending
+    /// when the attempt needs waiting: `deliver` it.
+    public func start(_ update: VehicleLocationUpdate, isCancelled: @escaping () -> Bool,
+                      completion: @escaping (StartedAttempt) -> Void) -> EgressCall? {
+        guard let token = tokens.readyToken(for: update.vehicle) else { return nil }
+        health.recordSignerSuccess()
+        let started = ContinuousClock.now
+        return client.start(update, token: token) { [self] response in
+            guard let response else { return completion(.resend) }
+            var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
+            delivery.countRequest(answered: response.status != 0)
+            if isCancelled() { return completion(.ended(delivery)) }
+            switch answered(response, update, token: token, startedAt: started, reauthenticated: false, &delivery) {
+            case .ended: completion(.ended(delivery))
+            case .mintAgain: completion(.mintAgain(delivery))
             }
+        }
+    }
+
+    private enum AnswerStep {
+        /// `delivery` says how the attempt ended.
+        case ended
+        /// The token was refused and dropped: mint a fresh one and send again.
+        case mintAgain
+    }
+
+    /// What Fleet Engine's answer to an update means for the attempt, written into `delivery`.
+    private func answered(_ response: FleetEngineClient.Response, _ update: VehicleLocationUpdate, token: String,
+                          startedAt started: ContinuousClock.Instant, reauthenticated: Bool,
+                          _ delivery: inout Delivery) -> AnswerStep {
+        delivery.fleetEngineLatency = .now - started
+        statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
+        switch response.outcome {
+        case .accepted:
+            delivery.outcome = .accepted
+            delivery.newestKnownMilliseconds = update.lastLocation.recordedAtMilliseconds
+            return .ended
+        case .unauthenticated, .permissionDenied:
+            let refusal = response.outcome.refusal ?? .unauthenticated
+            guard !reauthenticated else {
+                delivery.outcome = .rejected(refusal, detail: Self.detail(response))
+                return .ended
+            }
+            tokens.invalidate(update.vehicle, refused: token)
+            statistics.recordRetry(cause: .refusedToken(refusal))
+            return .mintAgain
+        case .rejected(let refusal):
+            delivery.outcome = .rejected(refusal, detail: Self.detail(response))
+            return .ended
+        case .transient(let cause, let retryAfter):
+            logger.debug("Fleet Engine \(cause) for \(update.vehicle); retrying later")
+            delivery.outcome = .retry(TransientFailure(cause: cause, detail: Self.detail(response),
+                                                       retryAfterSeconds: retryAfter))
+            statistics.recordRetry(cause: cause)
+            return .ended
         }
     }
 
