@@ -184,6 +184,40 @@ extension PipelineIntegrationTests {
             await harness.shutdown()
         }
 
+        /// The same for updates a worker's slot starts on its event loop, without the worker's
+        /// task: each vehicle's second fix, its token cached and its live location read with its
+        /// first. The shutdown timeout cancels them there; exit 0, nothing of the second fixes
+        /// committed, and a restarted relay delivers them.
+        @Test func theShutdownTimeoutAbandonsUpdatesStartedOnTheEventLoop() async throws {
+            let harness = try await RelayHarness(partitions: 2)
+            let keyPath = harness.writeKeyFile()
+            let first = GeneratedEvents(vehicles: 20, fixesPerVehicle: 1)
+            try await harness.produce(first.events.map(\.record))
+            let relay = try Self.relay(harness, keyPath: keyPath, extra: ["--shutdown-timeout", "3s", "--request-timeout", "60"])
+            try await harness.waitUntilEverythingIsDelivered(first, group: "cli")
+            let committedAfterFirst = try await harness.committedOffsets(group: "cli")
+
+            harness.emulator.faultPlan = .init(updateLatency: .seconds(600))
+            let second = GeneratedEvents(vehicles: 20, fixesPerVehicle: 1, startingAfter: first)
+            try await harness.produce(second.events.map(\.record))
+            try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 4 }
+            let signalled = ContinuousClock.now
+            relay.process.terminate()
+            let result = await relay.finish()
+            let shutdownTime = ContinuousClock.now - signalled
+            #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+            #expect(result.stderr.contains("Shutdown timeout reached: abandoning unfinished work"))
+            #expect(shutdownTime < .seconds(30), "ended by the 3 s shutdown timeout, not the 60 s request timeout")
+            #expect(try await harness.committedOffsets(group: "cli") == committedAfterFirst, "nothing of the second fixes committed")
+
+            harness.emulator.faultPlan = .init()
+            let restarted = try Self.relay(harness, keyPath: keyPath, extra: [])
+            try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: first.events + second.events), group: "cli")
+            restarted.process.terminate()
+            #expect(await restarted.finish().status == 0)
+            await harness.shutdown()
+        }
+
         /// The first SIGTERM starts a graceful shutdown that would wait up to five minutes for
         /// hanging updates; the second one ends the process at once with 128 + 15.
         @Test func aSecondSignalExitsAtOnce() async throws {

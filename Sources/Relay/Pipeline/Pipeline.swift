@@ -1,15 +1,31 @@
 import Foundation
 import Kafka
 
+/// A request worker or a letter writer waiting for its next piece of work (nil: no more will
+/// come). The state hands each waiting one out once, so a checked continuation's per-wait
+/// canary (an allocation per request) would buy nothing.
+public enum PipelineWaiter: Sendable {
+    /// A task suspended until it is handed its work.
+    case task(UnsafeContinuation<PipelineWork?, Never>)
+    /// A request slot, which starts what it is handed on its event loop.
+    case slot(RequestSlot)
+
+    func hand(_ work: PipelineWork?) {
+        switch self {
+        case .task(let continuation): continuation.resume(returning: work)
+        case .slot(let slot):
+            guard case .request(let request)? = work else { return slot.hand(nil) }
+            slot.hand(request)
+        }
+    }
+}
+
 /// `PipelineState` behind one lock, for the relay's tasks and librdkafka's poll thread.
 /// Each method runs one event under the lock, then — outside it — resumes the workers the
 /// event released, rings the timer and wakes a waiting revoke; the rest of the actions
 /// (dead letters, pause changes, counts) go back to the caller.
 final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
-    /// A request worker or a letter writer, waiting for its next piece of work. The state
-    /// hands each waiting worker out once, so the checked continuation's per-wait canary
-    /// (an allocation per request) buys nothing.
-    typealias Worker = UnsafeContinuation<PipelineWork?, Never>
+    typealias Worker = PipelineWaiter
 
     typealias Actions = PipelineActions<Worker>
 
@@ -95,8 +111,8 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         if let change = actions.pause { applyPauseWish?(change.wish, change.sequence) }
         if actions.workFinished { lock.broadcast() }
         if actions.wakeTimer { alarm.ring() }
-        for (worker, request) in actions.resume { worker.resume(returning: request.map(PipelineWork.request)) }
-        for (writer, letter) in actions.resumeLetters { writer.resume(returning: letter.map(PipelineWork.letter)) }
+        for (worker, request) in actions.resume { worker.hand(request.map(PipelineWork.request)) }
+        for (writer, letter) in actions.resumeLetters { writer.hand(letter.map(PipelineWork.letter)) }
         return actions
     }
 
@@ -115,7 +131,7 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
     /// Suspends until a request is ready for this worker; nil when no more will come.
     func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
         let work = await withUnsafeContinuation { worker in
-            apply(handle { $0.requestWork(worker, now: .now) })
+            apply(handle { $0.requestWork(.task(worker), now: .now) })
         }
         guard case .request(let request)? = work else { return nil }
         return request
@@ -124,10 +140,16 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
     /// Suspends until a letter is ready for this writer; nil when no more will come.
     func nextLetter(whenReady apply: (Actions) -> Void) async -> DeadLetterOrder? {
         let work = await withUnsafeContinuation { writer in
-            apply(handle { $0.requestLetter(writer, now: .now) })
+            apply(handle { $0.requestLetter(.task(writer), now: .now) })
         }
         guard case .letter(let letter)? = work else { return nil }
         return letter
+    }
+
+    /// Registers a request slot for its next request, which it is handed (at once, when one is
+    /// ready) through `RequestSlot.hand`.
+    func requestWork(for slot: RequestSlot, whenReady apply: (Actions) -> Void) {
+        apply(handle { $0.requestWork(.slot(slot), now: .now) })
     }
 
     /// Blocks the calling thread (the poll thread, in a revoke) until no work on the

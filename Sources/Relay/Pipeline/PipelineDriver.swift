@@ -8,7 +8,7 @@ import Metrics
 /// orders. Whoever feeds it records (a consumer group member, a replay's window reader) hands
 /// them to `consume` and connects the pauses and commits the state machine orders.
 public final class PipelineDriver: Sendable {
-    public typealias Actions = PipelineActions<UnsafeContinuation<PipelineWork?, Never>>
+    public typealias Actions = PipelineActions<PipelineWaiter>
 
     let pipeline: Pipeline
     let forwarder: UpdateForwarder
@@ -120,7 +120,7 @@ public final class PipelineDriver: Sendable {
     }
 
     /// Reads the state, for figures and progress.
-    public func read<Value>(_ body: (PipelineState<UnsafeContinuation<PipelineWork?, Never>>) -> Value) -> Value {
+    public func read<Value>(_ body: (PipelineState<PipelineWaiter>) -> Value) -> Value {
         pipeline.read(body)
     }
 
@@ -246,11 +246,13 @@ public final class PipelineDriver: Sendable {
     private func processUntilDone() async {
         await withDiscardingTaskGroup { group in
             if let deadLetters { group.addTask { await self.writeLetters(through: deadLetters) } }
-            // Each worker runs on one event loop and sends on that loop's connections: a request
-            // is written and its answer resumes the worker on the same thread.
+            // Each worker is a request slot on one event loop, with a task preferring that loop:
+            // a request is written and its answer read on the same thread, which starts the next.
             let executors = forwarder.client.connectionExecutors
             for index in 0..<maximumInFlight {
-                group.addTask(executorPreference: executors[index % executors.count]) { await self.work() }
+                let executor = executors[index % executors.count]
+                let slot = RequestSlot(loop: executor.eventLoop, driver: self)
+                group.addTask(executorPreference: executor) { await self.work(in: slot) }
             }
         }
     }
@@ -284,21 +286,31 @@ public final class PipelineDriver: Sendable {
         }
     }
 
-    /// One worker: takes the pipeline's next request, makes one attempt at it and reports the
-    /// outcome, until no more requests will come. It never waits to retry: a failed attempt
-    /// makes its vehicle due later and the worker takes the next vehicle at once.
-    private func work() async {
-        while let request = await pipeline.nextRequest(whenReady: carryOut) {
-            statistics.requestStarted()
-            let pipeline = self.pipeline
-            let checkLive = readsLiveLocation && request.liveCheckEpoch != nil
-            let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive, revocations: request.revocations)
-            statistics.requestEnded()
-            let (actions, aftermath) = pipeline.handle { $0.complete(request, delivery, now: .now) }
-            carryOut(actions)
-            carryOut(aftermath)
-            count(request, delivery, retriesExhausted: aftermath.retriesExhausted)
+    /// One worker's task: attempts what its slot cannot start at once, until no more requests
+    /// will come. It never waits to retry: a failed attempt makes its vehicle due later and the
+    /// slot takes the next vehicle at once.
+    private func work(in slot: RequestSlot) async {
+        while case .attempt(let request, let refused, let resent) = await slot.nextTaskWork() {
+            let checkLive = readsLiveLocation && request.liveCheckEpoch != nil && refused == nil
+            let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive, revocations: request.revocations,
+                                                   afterRefusal: refused, resent: resent)
+            finish(request, delivery)
         }
+    }
+
+    /// Whether a request can start without waiting on anything but Fleet Engine's answer: no
+    /// live location to read first, and its partitions not being revoked.
+    func startsAtOnce(_ request: CoalescedRequest) -> Bool {
+        !(readsLiveLocation && request.liveCheckEpoch != nil) && !request.revocations.contains { $0.isSet }
+    }
+
+    /// An attempt ended: the state hears it, and what that changed is carried out and counted.
+    func finish(_ request: CoalescedRequest, _ delivery: Delivery) {
+        statistics.requestEnded()
+        let (actions, aftermath) = pipeline.handle { $0.complete(request, delivery, now: .now) }
+        carryOut(actions)
+        carryOut(aftermath)
+        count(request, delivery, retriesExhausted: aftermath.retriesExhausted)
     }
 
     private func count(_ request: CoalescedRequest, _ delivery: Delivery, retriesExhausted: String?) {
