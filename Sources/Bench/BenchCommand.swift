@@ -156,10 +156,18 @@ struct BenchCommand: AsyncParsableCommand {
             }
             rounds.append(roundReport)
         }
-        report.addMedians(of: rounds)
-        if drainRounds > 1 { report.notes.append("Backlog drain figures are medians of \(drainRounds) drains per build and transport.") }
-        for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, "backlog drain", Self.drainComparisons, &report) }
+        reportMedians(of: rounds, "backlog drain", Self.drainComparisons, runs,
+                      note: "Backlog drain figures are medians of \(drainRounds) drains per build and transport.", &report)
         return cpu.mapValues(Report.median)
+    }
+
+    /// The rounds' figures as their medians (with a note saying so when there were several),
+    /// and this build's as ratios to the baseline's.
+    private func reportMedians(of rounds: [Report], _ scenario: String, _ comparisons: [(String, Bool)], _ runs: [Scenarios],
+                               note: String, _ report: inout Report) {
+        report.addMedians(of: rounds)
+        if rounds.count > 1 { report.notes.append(note) }
+        for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, scenario, comparisons, &report) }
     }
 
     /// The warm steady states, `warmRounds` of them per transport, each on a topic of its own
@@ -193,9 +201,8 @@ struct BenchCommand: AsyncParsableCommand {
             }
             rounds.append(roundReport)
         }
-        report.addMedians(of: rounds)
-        if warmRounds > 1 { report.notes.append("Warm steady-state figures are medians of \(warmRounds) runs per build and transport.") }
-        for run in runs where baselineRelayBinary != nil { compareWithBaseline(run, "warm steady state", Self.warmComparisons, &report) }
+        reportMedians(of: rounds, "warm steady state", Self.warmComparisons, runs,
+                      note: "Warm steady-state figures are medians of \(warmRounds) runs per build and transport.", &report)
         return cpu.mapValues(Report.median)
     }
 

@@ -32,6 +32,21 @@ extension PipelineIntegrationTests {
             return (harness, keyPath, generated, relay)
         }
 
+        /// SIGTERM to a relay run with `--shutdown-timeout 3s` and `--request-timeout 60` while
+        /// its updates hang: it exits 0, saying so, within the shutdown timeout rather than the
+        /// request timeout. Returns how long it took.
+        @discardableResult
+        static func expectEndedByTheShutdownTimeout(_ relay: RunningProcess) async -> Duration {
+            let signalled = ContinuousClock.now
+            relay.process.terminate()
+            let result = await relay.finish()
+            let shutdownTime = ContinuousClock.now - signalled
+            #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+            #expect(result.stderr.contains("Shutdown timeout reached: abandoning unfinished work"))
+            #expect(shutdownTime < .seconds(30), "ended by the 3 s shutdown timeout, not the 60 s request timeout")
+            return shutdownTime
+        }
+
         /// Nothing finished, so a second client sees nothing committed.
         static func expectNothingCommitted(_ harness: RelayHarness) async throws {
             let committed = try await harness.committedOffsets(group: "cli")
@@ -166,13 +181,7 @@ extension PipelineIntegrationTests {
         @Test func theShutdownTimeoutAbandonsRequestsThatDoNotEndAndLeavesThemUncommitted() async throws {
             let (harness, keyPath, generated, relay) = try await Self.relayWithHangingUpdates(
                 extra: ["--shutdown-timeout", "3s", "--request-timeout", "60"])
-            let signalled = ContinuousClock.now
-            relay.process.terminate()
-            let result = await relay.finish()
-            let shutdownTime = ContinuousClock.now - signalled
-            #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
-            #expect(result.stderr.contains("Shutdown timeout reached: abandoning unfinished work"))
-            #expect(shutdownTime < .seconds(30), "ended by the 3 s shutdown timeout, not the 60 s request timeout")
+            let shutdownTime = await Self.expectEndedByTheShutdownTimeout(relay)
             try await Self.expectNothingCommitted(harness)
 
             harness.emulator.faultPlan = .init()
@@ -201,13 +210,7 @@ extension PipelineIntegrationTests {
             let second = GeneratedEvents(vehicles: 20, fixesPerVehicle: 1, startingAfter: first)
             try await harness.produce(second.events.map(\.record))
             try await eventually("updates hang at Fleet Engine") { harness.emulator.openUpdates == 4 }
-            let signalled = ContinuousClock.now
-            relay.process.terminate()
-            let result = await relay.finish()
-            let shutdownTime = ContinuousClock.now - signalled
-            #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
-            #expect(result.stderr.contains("Shutdown timeout reached: abandoning unfinished work"))
-            #expect(shutdownTime < .seconds(30), "ended by the 3 s shutdown timeout, not the 60 s request timeout")
+            await Self.expectEndedByTheShutdownTimeout(relay)
             #expect(try await harness.committedOffsets(group: "cli") == committedAfterFirst, "nothing of the second fixes committed")
 
             harness.emulator.faultPlan = .init()
