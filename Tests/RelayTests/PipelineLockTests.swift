@@ -72,3 +72,14 @@ import Testing
                                source: RecordSource(record)))
     }
 }
+
+extension Pipeline {
+    /// A request worker as a task: suspends until a request is ready for it; nil when no more will come.
+    func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
+        let work = await withUnsafeContinuation { worker in
+            apply(handle { $0.requestWork(.task(worker), now: .now) })
+        }
+        guard case .request(let request)? = work else { return nil }
+        return request
+    }
+}

@@ -128,15 +128,6 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
         return change
     }
 
-    /// Suspends until a request is ready for this worker; nil when no more will come.
-    func nextRequest(whenReady apply: (Actions) -> Void) async -> CoalescedRequest? {
-        let work = await withUnsafeContinuation { worker in
-            apply(handle { $0.requestWork(.task(worker), now: .now) })
-        }
-        guard case .request(let request)? = work else { return nil }
-        return request
-    }
-
     /// Suspends until a letter is ready for this writer; nil when no more will come.
     func nextLetter(whenReady apply: (Actions) -> Void) async -> DeadLetterOrder? {
         let work = await withUnsafeContinuation { writer in
