@@ -154,8 +154,9 @@ public final class FleetEngineClient: Sendable {
 
     /// Starts an update at once on a ready HTTP/2 connection of the caller's event loop, where
     /// `completion` then runs with the answer, or with nil when the server certainly did not
-    /// process it (a connection going away): `send` it then, as `resent`. Returns nil without starting when
-    /// no such connection is ready (being opened, HTTP/1.1, only other loops' free): `send` it.
+    /// process it (a connection going away): `send` it then, as `resent`. Returns nil without
+    /// starting when no such connection is ready (being opened, HTTP/1.1, only other loops'
+    /// free): `send` it.
     public func start(_ update: VehicleLocationUpdate, token: String,
                       completion: @escaping (Response?) -> Void) -> EgressCall? {
         guard case .success(let transport) = transport, let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed)
