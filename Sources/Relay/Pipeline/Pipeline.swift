@@ -14,8 +14,11 @@ public enum PipelineWaiter: Sendable {
         switch self {
         case .task(let continuation): continuation.resume(returning: work)
         case .slot(let slot):
-            guard case .request(let request)? = work else { return slot.hand(nil) }
-            slot.hand(request)
+            switch work {
+            case .request(let request)?: slot.hand(request)
+            case nil: slot.hand(nil)
+            case .letter?: preconditionFailure("letters go to letter writers, never to a request slot")
+            }
         }
     }
 }
