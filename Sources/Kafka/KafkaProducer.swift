@@ -13,7 +13,7 @@ import Synchronization
 public final class KafkaProducer: Service, Sendable {
     private let client: RDKafkaClient
     private let context: ProducerContext
-    private let pollThread = PollThread(name: "kafka-producer-poll")
+    private let pollThread: PollThread
 
     public static let defaultProperties: [String: String] = [
         "acks": "all",
@@ -24,8 +24,10 @@ public final class KafkaProducer: Service, Sendable {
     public init(configuration: KafkaConfiguration, logger: Logger) throws(KafkaError) {
         let properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         let context = ProducerContext(logger: logger)
-        self.client = try RDKafkaClient(.producer, configuration: KafkaConfiguration(properties), context: context)
+        let client = try RDKafkaClient(.producer, configuration: KafkaConfiguration(properties), context: context)
+        self.client = client
         self.context = context
+        self.pollThread = PollThread(name: "kafka-producer-poll") { client.wakePoll() }
     }
 
     /// Runs the producer for the duration of `body`; afterwards what is queued is flushed
@@ -57,11 +59,11 @@ public final class KafkaProducer: Service, Sendable {
 
     /// Serves delivery reports until `close()` or until the task is cancelled. The poll
     /// thread lives exactly as long as this call; it waits in librdkafka for the next
-    /// report, never spins.
+    /// report, a flush asked for or the stop, which wake it: an idle producer costs no wakeup.
     public func run() async {
         await pollThread.run { [client, context, pollThread] in
             while pollThread.isPolling {
-                client.servePoll(timeoutMilliseconds: 100)
+                client.servePoll(timeoutMilliseconds: nil)
                 context.serveFlushes(client)
             }
             context.serveFlushes(client, closing: true)
@@ -107,7 +109,9 @@ public final class KafkaProducer: Service, Sendable {
     public func flush(timeout: Duration = .seconds(30)) async -> Bool {
         guard !pollThread.hasEnded else { return client.flush(timeout: .zero) }
         return await withCheckedContinuation { continuation in
-            if !context.requestFlush(timeout: timeout, continuation) {
+            if context.requestFlush(timeout: timeout, continuation) {
+                client.wakePoll()
+            } else {
                 continuation.resume(returning: client.flush(timeout: .zero))  // the poll thread just ended
             }
         }

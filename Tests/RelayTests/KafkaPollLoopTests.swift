@@ -149,6 +149,35 @@ import Testing
         }
     }
 
+    /// The producer's poll thread waits for the next delivery report with no timeout: a flush
+    /// asked of an idle producer, with nothing queued that would bring a report, and its stop
+    /// have to wake it. With either wake taken out, that call is never answered.
+    @Test func anIdleProducersFlushAndStopWakeItsPollThread() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: logger)
+        try cluster.createTopic("t", partitions: 1)
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        let running = Task { await producer.run() }
+        try await producer.send(topic: "t", key: nil, value: Array("acknowledged".utf8))
+        for round in 0..<3 {
+            let flushed = await answered(within: .seconds(30)) { await producer.flush(timeout: .seconds(5)) }
+            #expect(flushed == true, "flush \(round) of an idle producer is answered, with nothing to wait for")
+        }
+        let stopped = await answered(within: .seconds(30)) { await producer.close(timeout: .seconds(5)); return true }
+        #expect(stopped == true, "closing an idle producer ends its poll thread")
+        await running.value
+    }
+
+    /// The result of `call`, or nil when it was not answered within `limit` (it is then left
+    /// running: the test fails instead of hanging).
+    func answered<Value: Sendable>(within limit: Duration, _ call: @escaping @Sendable () async -> Value) async -> Value? {
+        let answer = FirstAnswer<Value>()
+        return await withCheckedContinuation { continuation in
+            answer.waiter.withLock { $0 = continuation }
+            Task { answer.give(await call()) }
+            Task { try? await Task.sleep(for: limit); answer.give(nil) }
+        }
+    }
+
     /// A resumed partition is sought to one past the last record handed over under its current
     /// assignment: a chunk polled across a rebalance may end with records of the assignment
     /// revoked meanwhile, and seeking the new one there would skip what it must read again.
@@ -202,5 +231,14 @@ import Testing
         let cooperativeRevoke = context.rebalance(.revoke([p0], lost: true), cooperative: true)
         #expect(cooperativeRevoke.pause == [p1, p2] && cooperativeRevoke.resume == [p0, p2])
         #expect(context.paused == [p1])
+    }
+}
+
+/// Whichever of two racing calls answers first resumes the waiter; the other finds it gone.
+private final class FirstAnswer<Value: Sendable>: Sendable {
+    let waiter = Mutex<CheckedContinuation<Value?, Never>?>(nil)
+
+    func give(_ value: Value?) {
+        waiter.withLock { $0.take() }?.resume(returning: value)
     }
 }

@@ -19,8 +19,10 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
 
     private let handle: OpaquePointer
     let context: RDKafkaClientContext
-    /// The consumer's queue (nil for a producer): commit answers arrive on it, and waking it
-    /// ends a poll waiting there.
+    /// The queue a poll waits on, and waking it ends that wait: a consumer's own queue (commit
+    /// answers arrive there too) or a producer's main queue (its delivery reports).
+    private let pollQueue: OpaquePointer
+    /// The consumer's queue, nil for a producer.
     private let consumerQueue: OpaquePointer?
 
     /// Creates a client. A consumer with a rebalance handler gets the rebalance callback,
@@ -34,17 +36,19 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
         self.handle = try RDKafkaConfig.makeClient(type: kind == .consumer ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER, conf: conf)
         self.context = context
         if kind == .consumer { rd_kafka_poll_set_consumer(handle) }
-        self.consumerQueue = kind == .consumer ? rd_kafka_queue_get_consumer(handle) : nil
+        self.pollQueue = (kind == .consumer ? rd_kafka_queue_get_consumer(handle) : rd_kafka_queue_get_main(handle))!
+        self.consumerQueue = kind == .consumer ? pollQueue : nil
     }
 
     deinit {
-        if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
+        rd_kafka_queue_destroy(pollQueue)
         rd_kafka_destroy(handle)
     }
 
-    /// Makes a `poll` waiting on the consumer's queue return at once; callable from any thread.
+    /// Makes a `poll` waiting on the consumer's queue (a producer's: on its reports) return at
+    /// once, or the next one when none waits; callable from any thread.
     func wakePoll() {
-        if let consumerQueue { rd_kafka_queue_yield(consumerQueue) }
+        rd_kafka_queue_yield(pollQueue)
     }
 
     /// Checks the properties with librdkafka itself, without creating a client.
@@ -260,9 +264,10 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
     static let queueFull = RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue
     static let timedOut = RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue
 
-    /// Blocking: serves delivery reports and other callbacks for up to `timeoutMilliseconds`.
-    func servePoll(timeoutMilliseconds: Int32) {
-        rd_kafka_poll(handle, timeoutMilliseconds)
+    /// Blocking: serves delivery reports and other callbacks, waiting for the first of them
+    /// (nil: until `wakePoll`) at most `timeoutMilliseconds`.
+    func servePoll(timeoutMilliseconds: Int32?) {
+        rd_kafka_poll(handle, timeoutMilliseconds ?? -1)
     }
 
     /// Blocking: waits until every queued record is delivered or failed; false on timeout.
