@@ -167,17 +167,6 @@ import Testing
         await running.value
     }
 
-    /// The result of `call`, or nil when it was not answered within `limit` (it is then left
-    /// running: the test fails instead of hanging).
-    func answered<Value: Sendable>(within limit: Duration, _ call: @escaping @Sendable () async -> Value) async -> Value? {
-        let answer = FirstAnswer<Value>()
-        return await withCheckedContinuation { continuation in
-            answer.waiter.withLock { $0 = continuation }
-            Task { answer.give(await call()) }
-            Task { try? await Task.sleep(for: limit); answer.give(nil) }
-        }
-    }
-
     /// A resumed partition is sought to one past the last record handed over under its current
     /// assignment: a chunk polled across a rebalance may end with records of the assignment
     /// revoked meanwhile, and seeking the new one there would skip what it must read again.
@@ -231,14 +220,5 @@ import Testing
         let cooperativeRevoke = context.rebalance(.revoke([p0], lost: true), cooperative: true)
         #expect(cooperativeRevoke.pause == [p1, p2] && cooperativeRevoke.resume == [p0, p2])
         #expect(context.paused == [p1])
-    }
-}
-
-/// Whichever of two racing calls answers first resumes the waiter; the other finds it gone.
-private final class FirstAnswer<Value: Sendable>: Sendable {
-    let waiter = Mutex<CheckedContinuation<Value?, Never>?>(nil)
-
-    func give(_ value: Value?) {
-        waiter.withLock { $0.take() }?.resume(returning: value)
     }
 }

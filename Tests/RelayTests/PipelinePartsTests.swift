@@ -2,6 +2,8 @@ import FleetEngine
 import FleetModel
 import InputFormats
 import Kafka
+import NIOCore
+import NIOPosix
 @testable import Relay
 import Testing
 
@@ -381,6 +383,45 @@ import Testing
         timer.woke()
         rings.append(timer.mustWake(for: start))
         #expect(rings == [false, false, true, false, true, false])
+    }
+}
+
+/// The timer's sleep: a deadline on an event loop, cut short by a ring.
+@Suite struct AlarmTests {
+    let loop = MultiThreadedEventLoopGroup.singleton.next()
+
+    @Test func aSleepEndsAtItsDeadline() async {
+        let alarm = Alarm()
+        let deadline = ContinuousClock.now + .milliseconds(50)
+        let woke = await answered(within: .seconds(30)) { await alarm.sleep(until: deadline, on: self.loop); return ContinuousClock.now }
+        #expect(woke.map { $0 >= deadline } == true, "woke at \(String(describing: woke)), deadline \(deadline)")
+    }
+
+    /// Whether the ring comes before the sleep began or during it, the sleep ends.
+    @Test func aRingEndsASleepLongBeforeItsDeadline() async {
+        let alarm = Alarm()
+        let sleeping = Task { await alarm.sleep(until: .now + .seconds(3600), on: loop) }
+        alarm.ring()
+        #expect(await answered(within: .seconds(30)) { await sleeping.value } != nil)
+    }
+
+    /// A ring while nobody sleeps is kept: the next sleep returns at once, so a deadline set
+    /// between reading the next one and going to sleep is not slept past.
+    @Test func aRingWhileNobodySleepsEndsTheNextSleepAtOnce() async {
+        let alarm = Alarm()
+        alarm.ring()
+        let ended = await answered(within: .seconds(30)) { await alarm.sleep(until: .now + .seconds(3600), on: self.loop); return true }
+        #expect(ended == true)
+        let kept = await answered(within: .milliseconds(300)) { await alarm.sleep(until: .now + .seconds(3600), on: self.loop); return true }
+        #expect(kept == nil, "one ring ends one sleep")
+        alarm.ring()
+    }
+
+    @Test func cancellingTheSleeperEndsItsSleep() async {
+        let alarm = Alarm()
+        let sleeping = Task { await alarm.sleep(until: .now + .seconds(3600), on: loop) }
+        sleeping.cancel()
+        #expect(await answered(within: .seconds(30)) { await sleeping.value } != nil)
     }
 }
 

@@ -264,6 +264,26 @@ final class RelayHarness: Sendable {
     }
 }
 
+/// The result of `call`, or nil when it was not answered within `limit` (it is then left
+/// running: a test fails instead of hanging on a call that is never answered).
+func answered<Value: Sendable>(within limit: Duration, _ call: @escaping @Sendable () async -> Value) async -> Value? {
+    let answer = FirstAnswer<Value>()
+    return await withCheckedContinuation { continuation in
+        answer.waiter.withLock { $0 = continuation }
+        Task { answer.give(await call()) }
+        Task { try? await Task.sleep(for: limit); answer.give(nil) }
+    }
+}
+
+/// Whichever of two racing calls answers first resumes the waiter; the other finds it gone.
+private final class FirstAnswer<Value: Sendable>: Sendable {
+    let waiter = Mutex<CheckedContinuation<Value?, Never>?>(nil)
+
+    func give(_ value: Value?) {
+        waiter.withLock { $0.take() }?.resume(returning: value)
+    }
+}
+
 /// Waits until `condition` holds, checking every 50 ms, for at most `timeout`
 /// (generous: shared CI machines are slow). Throws when it never holds.
 func eventually(_ what: String, timeout: Duration = .seconds(120),

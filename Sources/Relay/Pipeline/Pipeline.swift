@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import NIOCore
 
 /// A request worker or a letter writer waiting for its next piece of work (nil: no more will
 /// come). The state hands each waiting one out once, so a checked continuation's per-wait
@@ -165,9 +166,9 @@ final class Pipeline: @unchecked Sendable {  // `state` is guarded by `lock`
 
     /// Releases deferred vehicles at their due time and forgets idle ones, sleeping in between
     /// until the next deadline (or until an event sets an earlier one), until cancelled.
-    func runDeadlines(apply: (Actions, CommitDeadline) -> Void) async {
+    func runDeadlines(on loop: any EventLoop, apply: (Actions, CommitDeadline) -> Void) async {
         while !Task.isCancelled {
-            await alarm.sleep(until: timerWillSleep())
+            await alarm.sleep(until: timerWillSleep(), on: loop)
             let (actions, commit) = deadlineReached()
             apply(actions, commit)
         }

@@ -2,6 +2,7 @@ import FleetEngine
 import Kafka
 import Logging
 import Metrics
+import NIOCore
 
 /// The pipeline at work, for the live relay and for a replay alike: a fixed set of workers
 /// taking the state machine's requests, the timer of its deadlines, and the dead letters it
@@ -224,9 +225,15 @@ public final class PipelineDriver: Sendable {
 
     // MARK: Running
 
-    /// The state machine's deadlines: deferred vehicles, commits, forgetting idle vehicles; until cancelled.
+    /// The state machine's deadlines: deferred vehicles, commits, forgetting idle vehicles; until
+    /// cancelled. The timer runs on one connection's event loop, where what it releases starts.
     public func runDeadlines() async {
-        await pipeline.runDeadlines { actions, commit in
+        let executor = forwarder.client.connectionExecutors[0]
+        await withTaskExecutorPreference(executor) { await runDeadlines(on: executor.eventLoop) }
+    }
+
+    private func runDeadlines(on loop: any EventLoop) async {
+        await pipeline.runDeadlines(on: loop) { actions, commit in
             carryOut(actions)
             if let failure = commit.failure { logCommitFailure(failure) }
         }
