@@ -104,7 +104,8 @@ struct BenchCommand: AsyncParsableCommand {
     static let warmComparisons = [("relay CPU per Fleet Engine request", true), ("latency p50 (event time → emulator)", true),
                                   ("latency p99", true), ("cold start: first fix of every vehicle delivered (one token each)", true),
                                   ("cold start relay CPU per vehicle (token, live read, update)", true),
-                                  ("relay RSS after the cold start", true), ("relay peak RSS", true)]
+                                  ("relay RSS after the cold start", true), ("relay peak RSS", true),
+                                  ("relay CPU at rest (caught up, nothing more to read)", true)]
 
     /// This build's figures of a scenario as ratios to the baseline build's, from the same run.
     private func compareWithBaseline(_ run: Scenarios, _ scenario: String, _ figures: [(String, Bool)], _ report: inout Report) {

@@ -326,6 +326,7 @@ struct Scenarios {
             try await probes.lag(topic: topic, partitions: partitions, group: group) == 0
         }
         let drainTime = (ContinuousClock.now - drainStarted).seconds
+        let restingCPU = try await cpuAtRest(relay)
         let minted = await probes.metric("fleet_relay_tokens_minted_total", metricsPort: metricsPort)
         let unsent = await probes.finishedUnsent(metricsPort: metricsPort)
         _ = await relay.stop()
@@ -358,6 +359,8 @@ struct Scenarios {
         report.add(section, "events deleted by the mock cluster's retention before they were read", dropped, "events")
         report.add(section, "after the producer stopped: time to drain the lag", drainTime, "s")
         report.add(section, "events still uncommitted in Kafka then (not lost)", Double(left), "events")
+        report.add(section, "relay CPU at rest (caught up, nothing more to read)", restingCPU * 1000, "ms per s",
+                   ratio: restingCPU / max(measured.cpu / measured.elapsed, 1e-9), of: "the CPU per second of the measured stream")
         report.add(section, "events the producer counted that Kafka does not hold", Double(totalProduced) - Double(inKafka), "events")
         report.add(section, "events lost (of those Kafka holds)", lost, "events")
         report.add(section, "fixes received, each time it arrived", delta(after, before, "locations_received"), "fixes",
@@ -368,6 +371,15 @@ struct Scenarios {
             report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
         }
         return cpuPerRequest
+    }
+
+    /// CPU seconds per second of a relay with nothing to read or send, over ten seconds: its
+    /// timers and librdkafka's threads. At a warm stream's rate this part of each request's CPU
+    /// does not depend on the requests.
+    private func cpuAtRest(_ relay: ChildProcess) async throws -> Double {
+        let (cpuAtStart, started) = (relay.cpuSeconds, ContinuousClock.now)
+        try await Task.sleep(for: .seconds(10))
+        return (relay.cpuSeconds - cpuAtStart) / (ContinuousClock.now - started).seconds
     }
 
     func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
