@@ -53,6 +53,18 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
+    /// CPU seconds of the process's live threads so far, to the nanosecond (the sum of
+    /// /proc/<pid>/task/*/schedstat): exact over a window in which no thread ends, where
+    /// `cpuSeconds` counts 10 ms ticks.
+    var liveThreadsCPUSeconds: Double {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return 0 }
+        return tasks.reduce(0) { sum, task in
+            guard let schedstat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
+                  let nanoseconds = schedstat.split(separator: " ").first.flatMap({ Double($0) }) else { return sum }
+            return sum + nanoseconds / 1e9
+        }
+    }
+
     /// Peak resident memory in MB (VmHWM).
     var peakRSSMegabytes: Double { statusKilobytes("VmHWM") / 1024 }
 

@@ -377,9 +377,9 @@ struct Scenarios {
     /// timers and librdkafka's threads. At a warm stream's rate this part of each request's CPU
     /// does not depend on the requests.
     private func cpuAtRest(_ relay: ChildProcess) async throws -> Double {
-        let (cpuAtStart, started) = (relay.cpuSeconds, ContinuousClock.now)
+        let (cpuAtStart, started) = (relay.liveThreadsCPUSeconds, ContinuousClock.now)
         try await Task.sleep(for: .seconds(10))
-        return (relay.cpuSeconds - cpuAtStart) / (ContinuousClock.now - started).seconds
+        return (relay.liveThreadsCPUSeconds - cpuAtStart) / (ContinuousClock.now - started).seconds
     }
 
     func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
