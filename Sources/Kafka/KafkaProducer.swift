@@ -63,7 +63,7 @@ public final class KafkaProducer: Service, Sendable {
     public func run() async {
         await pollThread.run { [client, context, pollThread] in
             while pollThread.isPolling {
-                client.servePoll(timeoutMilliseconds: nil)
+                client.servePoll()
                 context.serveFlushes(client)
             }
             context.serveFlushes(client, closing: true)

@@ -265,9 +265,9 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
     static let timedOut = RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue
 
     /// Blocking: serves delivery reports and other callbacks, waiting for the first of them
-    /// (nil: until `wakePoll`) at most `timeoutMilliseconds`.
-    func servePoll(timeoutMilliseconds: Int32?) {
-        rd_kafka_poll(handle, timeoutMilliseconds ?? -1)
+    /// or for `wakePoll`, however long that takes.
+    func servePoll() {
+        rd_kafka_poll(handle, -1)
     }
 
     /// Blocking: waits until every queued record is delivered or failed; false on timeout.

@@ -11,7 +11,7 @@ final class Alarm: Sendable {
     private struct State {
         /// Rung, or the sleeper cancelled, while nobody slept: the next sleep returns at once.
         var pending = false
-        var sleeper: UnsafeContinuation<Void, Never>?
+        var sleeper: CheckedContinuation<Void, Never>?
         /// The current sleep's deadline on the loop.
         var deadline: Scheduled<Void>?
         /// Counts sleeps: a deadline that fires after its sleep ended wakes nobody.
@@ -27,7 +27,7 @@ final class Alarm: Sendable {
     /// Returns at the deadline, on a ring, or when the task is cancelled.
     func sleep(until deadline: ContinuousClock.Instant, on loop: any EventLoop) async {
         await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let sleep: UInt64? = state.withLock { state in
                     defer { state.pending = false }
                     guard !state.pending else { return nil }
@@ -52,10 +52,10 @@ final class Alarm: Sendable {
     }
 
     /// Resumes the sleeper and cancels its deadline, or, when nobody sleeps, makes the next
-    /// sleep return at once. With `ifStill`, only the sleep of that number, which its
-    /// deadline ends.
+    /// sleep return at once. `ifStill`: the deadline of that sleep fired, which wakes only
+    /// that sleep; a later one, or nobody sleeping, is left as it is.
     private func wakeSleeper(ifStill sleep: UInt64? = nil) {
-        let (sleeper, deadline) = state.withLock { state -> (UnsafeContinuation<Void, Never>?, Scheduled<Void>?) in
+        let (sleeper, deadline) = state.withLock { state -> (CheckedContinuation<Void, Never>?, Scheduled<Void>?) in
             if let sleep, state.sleeper == nil || state.sleeps != sleep { return (nil, nil) }
             defer { (state.sleeper, state.deadline) = (nil, nil) }
             if state.sleeper == nil { state.pending = true }
