@@ -298,7 +298,8 @@ public final class PipelineDriver: Sendable {
     /// slot takes the next vehicle at once.
     private func work(in slot: RequestSlot) async {
         while case .attempt(let request, let refused, let resent) = await slot.nextTaskWork() {
-            let checkLive = readsLiveLocation && request.liveCheckEpoch != nil && refused == nil
+            // A refused token means the slot's attempt already went past the live read.
+            let checkLive = readsLiveLocation(before: request) && refused == nil
             let delivery = await forwarder.deliver(request.update, checkLiveLocation: checkLive, revocations: request.revocations,
                                                    afterRefusal: refused, resent: resent)
             finish(request, delivery)
@@ -308,7 +309,12 @@ public final class PipelineDriver: Sendable {
     /// Whether a request can start without waiting on anything but Fleet Engine's answer: no
     /// live location to read first, and its partitions not being revoked.
     func startsAtOnce(_ request: CoalescedRequest) -> Bool {
-        !(readsLiveLocation && request.liveCheckEpoch != nil) && !request.revocations.contains { $0.isSet }
+        !readsLiveLocation(before: request) && !request.revocations.contains { $0.isSet }
+    }
+
+    /// Whether the vehicle's live location is read before the request is sent.
+    private func readsLiveLocation(before request: CoalescedRequest) -> Bool {
+        readsLiveLocation && request.liveCheckEpoch != nil
     }
 
     /// An attempt ended: the state hears it, and what that changed is carried out and counted.

@@ -15,9 +15,9 @@ import Synchronization
 public final class RequestSlot: @unchecked Sendable {  // its mutable state is touched on `loop` only
     /// What the slot hands its task.
     enum TaskWork {
-        /// A request to attempt through `UpdateForwarder.deliver`: `refused` is the attempt so far
-        /// when the slot began it and Fleet Engine refused the token; `resent` when the slot sent
-        /// it and the server certainly did not process it.
+        /// A request to attempt through `UpdateForwarder.deliver`: `afterRefusal` is the attempt so
+        /// far when the slot began it and Fleet Engine refused the token; `resent` when the slot
+        /// sent it and the server certainly did not process it.
         case attempt(CoalescedRequest, afterRefusal: Delivery? = nil, resent: Bool = false)
         /// No more requests will come.
         case end
