@@ -261,6 +261,10 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
     var positions = FetchPositions()
     private var nextGeneration: UInt64 = 1
     private var generations: [TopicPartition: UInt64] = [:]
+    /// The last partition `generation` was asked about, and its answer: records come in runs of
+    /// one partition, and this spares each record of a run hashing its partition. A rebalance,
+    /// which changes generations, forgets it.
+    private var lastGenerationAsked: (partition: TopicPartition, answer: UInt64)?
 
     init(logger: Logger, demand: ReaderDemand, source: KafkaRecordChunks.Source,
          rebalanceHandler: @escaping KafkaConsumer.RebalanceHandler,
@@ -276,7 +280,12 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
         super.init(logger: logger)
     }
 
-    func generation(_ partition: TopicPartition) -> UInt64 { generations[partition] ?? 0 }
+    func generation(_ partition: TopicPartition) -> UInt64 {
+        if let lastGenerationAsked, lastGenerationAsked.partition == partition { return lastGenerationAsked.answer }
+        let answer = generations[partition] ?? 0
+        lastGenerationAsked = (partition, answer)
+        return answer
+    }
 
     /// Which of `partitions` the owner of flow control wants paused.
     func wish(in partitions: Set<TopicPartition>) -> Set<TopicPartition> {
@@ -285,6 +294,7 @@ final class ConsumerContext: RDKafkaClientContext, RDKafkaRebalanceHandling, RDK
 
     func rebalance(_ change: RDKafkaRebalance, cooperative: Bool) -> RDKafkaRebalanceAnswer {
         var answer = RDKafkaRebalanceAnswer()
+        lastGenerationAsked = nil
         switch change {
         case .assign(let partitions):
             let generation = nextGeneration

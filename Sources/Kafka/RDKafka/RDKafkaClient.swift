@@ -80,20 +80,13 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
         var records: [KafkaRecord] = []
         var reachedEnd: [TopicPartition] = []
         var timeout = timeoutMilliseconds
-        var topicNames: [OpaquePointer: String] = [:]
-        let topicName = { (topic: OpaquePointer?) -> String in
-            guard let topic else { return "" }
-            if let name = topicNames[topic] { return name }
-            let name = String(cString: rd_kafka_topic_name(topic))
-            topicNames[topic] = name
-            return name
-        }
+        var topicNames = RDKafkaTopicNames()
         while records.count < maximum, let message = rd_kafka_consumer_poll(handle, timeout) {
             defer { rd_kafka_message_destroy(message) }
             timeout = 0
             if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                reachedEnd.append(TopicPartition(topic: topicName(message.pointee.rkt), partition: message.pointee.partition))
-            } else if let record = RDKafkaMessage.record(from: message, topicName: topicName,
+                reachedEnd.append(TopicPartition(topic: topicNames.name(of: message.pointee.rkt), partition: message.pointee.partition))
+            } else if let record = RDKafkaMessage.record(from: message, topicNames: &topicNames,
                                                          generation: generation, onError: onError) {
                 records.append(record)
             }

@@ -6,14 +6,14 @@ enum RDKafkaMessage {
     /// the internal structure around it, so a copy would not do. Nil for error events,
     /// which go to `onError` by name (the caller takes partition EOF out first).
     static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>,
-                       topicName: (OpaquePointer?) -> String,
+                       topicNames: inout RDKafkaTopicNames,
                        generation: (TopicPartition) -> UInt64, onError: (String) -> Void) -> KafkaRecord? {
         let message = pointer.pointee
         guard message.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
             onError(RDKafkaConfig.errorName(message.err))
             return nil
         }
-        let topic = topicName(message.rkt)
+        let topic = topicNames.name(of: message.rkt)
         let key: [UInt8]? = message.key.map {
             Array(UnsafeRawBufferPointer(start: $0, count: message.key_len))
         }
@@ -43,5 +43,21 @@ enum RDKafkaMessage {
             index += 1
         }
         return result
+    }
+}
+
+/// The names of the topics one poll's messages came from. Messages arrive in runs of one
+/// topic, so the last name found is kept: a message of the same run costs no lookup.
+struct RDKafkaTopicNames {
+    private var names: [OpaquePointer: String] = [:]
+    private var last: (topic: OpaquePointer, name: String)?
+
+    mutating func name(of topic: OpaquePointer?) -> String {
+        guard let topic else { return "" }
+        if let last, last.topic == topic { return last.name }
+        let name = names[topic] ?? String(cString: rd_kafka_topic_name(topic))
+        names[topic] = name
+        last = (topic, name)
+        return name
     }
 }
