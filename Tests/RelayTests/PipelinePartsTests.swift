@@ -73,6 +73,42 @@ import Testing
         }
     }
 
+    /// Offsets with gaps between them (a compacted topic's, transaction markers'), some of them
+    /// vast: each registered offset is found, once, and one in a gap never is.
+    @Test func recordsWithGapsBetweenTheirOffsetsFinishOnce() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20 {
+            var progress = PartitionProgress(generation: 1)
+            var offsets: [Int64] = []
+            var gaps: [Int64] = []
+            var next: Int64 = .random(in: 0..<1_000, using: &generator)
+            for _ in 0..<1_000 {
+                let registered = progress.register(next, at: Moment(start))
+                #expect(registered)
+                offsets.append(next)
+                let gap: Int64 = switch Int.random(in: 0..<100, using: &generator) {
+                case 0: .random(in: 1_000_000...1_000_000_000_000, using: &generator)
+                case 1..<10: .random(in: 2...50, using: &generator)
+                default: 1
+                }
+                if gap > 1 { gaps.append(next + .random(in: 1..<gap, using: &generator)) }
+                next += gap
+            }
+            for offset in offsets.shuffled(using: &generator) {
+                let finished = progress.finish(offset)
+                #expect(finished, "offset \(offset) was registered")
+                let again = progress.finish(offset)
+                #expect(!again, "offset \(offset) finished twice")
+                if let inGap = gaps.randomElement(using: &generator) {
+                    let unknown = progress.finish(inGap)
+                    #expect(!unknown, "offset \(inGap) was never registered")
+                }
+            }
+            #expect(progress.unfinishedCount == 0)
+            #expect(progress.committable == offsets.last.map { $0 + 1 })
+        }
+    }
+
     /// Offsets 0..<600 of p0 and p1 taken in at `start`: more than the burst of 1,000 records.
     func burstOf1200Records(commitInterval: Duration) -> PartitionLedger {
         var ledger = PartitionLedger(commitInterval: commitInterval, maximumPendingRecords: 50_000, burstRecords: 1_000)

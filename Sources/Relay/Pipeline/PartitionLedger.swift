@@ -16,6 +16,10 @@ struct PartitionLedger {
     /// Unfinished records from which a burst (a cold start, a backlog) counts.
     let burstRecords: Int
     private var partitions: [TopicPartition: PartitionProgress] = [:]
+    /// The partition `register` found last, and where its books are: a chunk's records come in
+    /// runs of one partition, and this spares each record of a run hashing it. Adding or
+    /// removing a partition's books forgets it, as the index would no longer hold.
+    private var lastRegisteredBooks: (partition: TopicPartition, index: Dictionary<TopicPartition, PartitionProgress>.Index)?
     /// Unfinished records on all partitions, kept up to date rather than summed per event.
     private(set) var unfinishedRecords = 0
     /// When finished offsets are next committed; nil while nothing waits to be committed.
@@ -52,6 +56,7 @@ struct PartitionLedger {
 
     /// Partitions taken on under `generation`; one held before starts afresh.
     mutating func assign(_ assigned: [TopicPartition], generation: UInt64) {
+        lastRegisteredBooks = nil
         for partition in assigned {
             guard let earlier = partitions.updateValue(PartitionProgress(generation: generation), forKey: partition) else { continue }
             unfinishedRecords -= earlier.unfinishedCount
@@ -68,7 +73,8 @@ struct PartitionLedger {
 
     /// Forgets the partitions; returns their final commit offsets (those not yet committed).
     mutating func finishRevoke(_ revoked: [TopicPartition]) -> [TopicPartitionOffset] {
-        revoked.compactMap { partition -> TopicPartitionOffset? in
+        lastRegisteredBooks = nil
+        return revoked.compactMap { partition -> TopicPartitionOffset? in
             guard let progress = partitions.removeValue(forKey: partition) else { return nil }
             progress.revocation.set()
             unfinishedRecords -= progress.unfinishedCount
@@ -93,11 +99,18 @@ struct PartitionLedger {
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
     mutating func register(_ source: RecordSource, at now: Moment) -> Bool {
-        guard let index = partitions.index(forKey: source.topicPartition),
+        guard let index = booksForRegistering(source.topicPartition),
               partitions.values[index].register(source.offset, ofGeneration: source.generation, at: now) else { return false }
         unfinishedRecords += 1
         if unfinishedRecords >= burstRecords { burstSinceCaughtUp = true }
         return true
+    }
+
+    private mutating func booksForRegistering(_ partition: TopicPartition) -> Dictionary<TopicPartition, PartitionProgress>.Index? {
+        if let lastRegisteredBooks, lastRegisteredBooks.partition == partition { return lastRegisteredBooks.index }
+        guard let index = partitions.index(forKey: partition) else { return nil }
+        lastRegisteredBooks = (partition, index)
+        return index
     }
 
     /// The record finished; false when it is not of a partition's current generation (nothing changes).

@@ -137,6 +137,32 @@ public struct RecordsTakenIn: Sendable, Equatable {
     public var skipped = 0
 }
 
+/// Records counted per partition as they come: a chunk's come in runs of one partition, and
+/// the count is added up per run, not hashed into the totals per record.
+struct CountsByPartition {
+    private var counted: [TopicPartition: Int] = [:]
+    private var run: (partition: TopicPartition, count: Int)?
+
+    mutating func count(_ partition: TopicPartition) {
+        if run?.partition == partition {
+            run!.count += 1
+        } else {
+            endRun()
+            run = (partition, 1)
+        }
+    }
+
+    consuming func totals() -> [TopicPartition: Int] {
+        endRun()
+        return counted
+    }
+
+    private mutating func endRun() {
+        if let run { counted[run.partition, default: 0] += run.count }
+        run = nil
+    }
+}
+
 /// What the end of an attempt (`PipelineState.complete`) changed besides the common actions.
 public struct AttemptAftermath: Sendable, Equatable {
     /// Records of a request Fleet Engine refused for good, or whose retries ran out.

@@ -102,10 +102,11 @@ public struct PipelineState<Waiter> {
         // Off the end of the reversed chunk, in order: each record moves into its lane instead
         // of being copied there (its bytes' references retained) and released with the chunk.
         records.withUnsafeMutableBufferPointer { $0.reverse() }
+        var perPartition = CountsByPartition()
         while let record = records.popLast() {
             let source = record.source
             guard ledger.register(source, at: registeredAt) else { continue }
-            taken.perPartition[source.topicPartition, default: 0] += 1
+            perPartition.count(source.topicPartition)
             switch consume record {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
@@ -116,6 +117,7 @@ public struct PipelineState<Waiter> {
                 taken.skipped += 1
             }
         }
+        taken.perPartition = perPartition.totals()
         for partition in taken.perPartition.keys { updateShare(partition) }
         updateHolding(now: now, &actions)
         serveWaiters(now: now, &actions)
