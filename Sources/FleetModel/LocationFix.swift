@@ -9,16 +9,20 @@ public enum LocationSensor: String, Sendable, CaseIterable {
 }
 
 /// One validated position of one vehicle.
+///
+/// A fix waits in memory, with its record, until its request ended: up to the relay's bound
+/// on pending records (50,000 by default). So the optional measures are stored without an
+/// optional's extra byte, which pads each to 16 bytes: a measure's absence is a NaN (validated
+/// measures are finite) and a heading's is `Int32.min`. 56 bytes instead of 88.
 public struct LocationFix: Sendable, Equatable {
     public var latitude: Double
     public var longitude: Double
     /// When the device recorded the fix, milliseconds since the epoch.
     public var recordedAtMilliseconds: Int64
-    /// Whole degrees clockwise from north, 0–359.
-    public var heading: Int?
-    public var speedMetersPerSecond: Double?
-    public var accuracyMeters: Double?
-    public var altitudeMeters: Double?
+    private var storedSpeed = Double.nan
+    private var storedAccuracy = Double.nan
+    private var storedAltitude = Double.nan
+    private var storedHeading = Int32.min
     public var sensor: LocationSensor?
 
     public init(latitude: Double, longitude: Double, recordedAtMilliseconds: Int64, heading: Int? = nil,
@@ -27,10 +31,43 @@ public struct LocationFix: Sendable, Equatable {
         self.latitude = latitude
         self.longitude = longitude
         self.recordedAtMilliseconds = recordedAtMilliseconds
+        self.sensor = sensor
         self.heading = heading
         self.speedMetersPerSecond = speedMetersPerSecond
         self.accuracyMeters = accuracyMeters
         self.altitudeMeters = altitudeMeters
-        self.sensor = sensor
+    }
+
+    /// Whole degrees clockwise from north, 0–359.
+    public var heading: Int? {
+        get { storedHeading == .min ? nil : Int(storedHeading) }
+        set { storedHeading = newValue.map { Int32(clamping: $0) } ?? .min }
+    }
+
+    public var speedMetersPerSecond: Double? {
+        get { Self.measure(storedSpeed) }
+        set { storedSpeed = newValue ?? .nan }
+    }
+
+    public var accuracyMeters: Double? {
+        get { Self.measure(storedAccuracy) }
+        set { storedAccuracy = newValue ?? .nan }
+    }
+
+    public var altitudeMeters: Double? {
+        get { Self.measure(storedAltitude) }
+        set { storedAltitude = newValue ?? .nan }
+    }
+
+    private static func measure(_ stored: Double) -> Double? {
+        stored.isNaN ? nil : stored
+    }
+
+    /// Compares what the fix says: two absent measures are equal, though their NaNs are not.
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.latitude == rhs.latitude && lhs.longitude == rhs.longitude
+            && lhs.recordedAtMilliseconds == rhs.recordedAtMilliseconds && lhs.heading == rhs.heading
+            && lhs.speedMetersPerSecond == rhs.speedMetersPerSecond && lhs.accuracyMeters == rhs.accuracyMeters
+            && lhs.altitudeMeters == rhs.altitudeMeters && lhs.sensor == rhs.sensor
     }
 }

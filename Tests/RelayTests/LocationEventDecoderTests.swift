@@ -20,6 +20,31 @@ import Testing
         }
     }
 
+    /// A fix stores its optional measures without optionals: each reads back as decoded, zero
+    /// and a negative altitude included, an absent one reads as absent, and two fixes that lack
+    /// the same measures are equal.
+    @Test func optionalMeasuresReadBackAsDecoded() throws {
+        func fix(_ fields: String) throws -> LocationFix {
+            let value = #"{"vehicle_id":"v-1","lat":1.5,"lng":2.5,"recorded_at":"2026-11-22T21:00:00Z"\#(fields)}"#
+            return try decoder.decode(key: nil, value: Array(value.utf8)).get().fix
+        }
+        let full = try fix(#","heading":0,"speed_mps":0,"accuracy_m":3.25,"altitude_m":-12.5,"sensor":"GPS""#)
+        #expect(full.heading == 0)
+        #expect(full.speedMetersPerSecond == 0)
+        #expect(full.accuracyMeters == 3.25)
+        #expect(full.altitudeMeters == -12.5)
+        #expect(full.sensor == .gps)
+        let bare = try fix(#","heading":359"#)
+        #expect(bare.heading == 359)
+        #expect(bare.speedMetersPerSecond == nil && bare.accuracyMeters == nil && bare.altitudeMeters == nil && bare.sensor == nil)
+        #expect(try fix("") == fix(""))
+        #expect(try fix("").heading == nil)
+        #expect(full != bare)
+        var cleared = full
+        (cleared.heading, cleared.speedMetersPerSecond, cleared.accuracyMeters, cleared.altitudeMeters, cleared.sensor) = (nil, nil, nil, nil, nil)
+        #expect(cleared == (try fix("")))
+    }
+
     @Test func everyBadSampleIsRejectedWithItsListedReason() throws {
         let samples = try Fixtures.bad
         #expect(samples.count == 28)
