@@ -61,7 +61,7 @@ public final class DeadLetterWriter: Sendable {
             KafkaHeader(name: "fleet-relay-source", value: letter.source.description),
         ]
         do {
-            try await producer.send(topic: topic, key: letter.source.key, value: letter.source.value, headers: headers)
+            try await producer.send(topic: topic, key: letter.key, value: letter.source.value, headers: headers)
             if health.recordDeadLetterWritten() {
                 logger.notice("Dead-letter topic \(topic) takes records again")
             }

@@ -5,17 +5,45 @@ import Kafka
 /// Where a fix came from: enough to finish its offset and to dead-letter it unchanged.
 public struct RecordSource: Sendable {
     public let topicPartition: TopicPartition
+    /// The record's key is the vehicle id of its fix, which holds it already: a fix waits in
+    /// memory with its record (50,000 of them by default), so the key is not stored twice.
+    /// `key(vehicleId:)` gives it back.
+    let keyIsVehicleId: Bool
     public let offset: Int64
     public let generation: UInt64
-    public let key: [UInt8]?
+    private let storedKey: [UInt8]?
     public let value: [UInt8]
 
     public init(_ record: consuming KafkaRecord) {
         self.topicPartition = record.topicPartition
+        self.keyIsVehicleId = false
         self.offset = record.offset
         self.generation = record.assignmentGeneration
-        self.key = record.key
+        self.storedKey = record.key
         self.value = record.value
+    }
+
+    private init(_ source: RecordSource, keyIsVehicleId: Bool) {
+        self.topicPartition = source.topicPartition
+        self.keyIsVehicleId = keyIsVehicleId
+        self.offset = source.offset
+        self.generation = source.generation
+        self.storedKey = keyIsVehicleId ? nil : source.storedKey
+        self.value = source.value
+    }
+
+    /// The record's key. `vehicleId` is its fix's: nil only for a record that became none (a
+    /// bad or skipped one), whose key is always stored.
+    public func key(vehicleId: String?) -> [UInt8]? {
+        guard keyIsVehicleId else { return storedKey }
+        assert(vehicleId != nil, "a key stored as its fix's vehicle id needs that id back")
+        return vehicleId.map { Array($0.utf8) }
+    }
+
+    /// The same source, storing no key when its key is `vehicleId`'s bytes.
+    func storingKey(asVehicleId vehicleId: String) -> RecordSource {
+        guard !keyIsVehicleId, let storedKey, storedKey.elementsEqual(vehicleId.utf8) else { return self }
+        return RecordSource(self, keyIsVehicleId: true)
     }
 
     /// `topic/partition/offset`, the dead-letter `fleet-relay-source` header.
@@ -29,6 +57,6 @@ public struct PendingFix: Sendable {
 
     public init(update: LocationUpdate, source: RecordSource) {
         self.update = update
-        self.source = source
+        self.source = source.storingKey(asVehicleId: update.vehicle.id)
     }
 }

@@ -12,12 +12,15 @@ import Testing
 /// the dead-letter topic read back by a second client.
 extension IntegrationTests.RelayFaultTests {
     /// Reads the dead letters and checks that each carries `reason` and that every record is finished.
-    static func expectDeadLettered(_ harness: RelayHarness, count: Int, reason: String, group: String) async throws {
+    @discardableResult
+    static func expectDeadLettered(_ harness: RelayHarness, count: Int, reason: String,
+                                   group: String) async throws -> [KafkaRecord] {
         let letters = try await harness.readDeadLetters(count: count)
         #expect(letters.count == count)
         #expect(letters.allSatisfy { $0.header("fleet-relay-error") == reason },
                 "\(letters.map { $0.header("fleet-relay-error") ?? "none" })")
         try await eventually("offsets are committed to the end") { try await harness.committedToTheEnd(group: group) }
+        return letters
     }
 
     /// 403: the token is minted again once; refused again, the records are dead-lettered.
@@ -27,8 +30,10 @@ extension IntegrationTests.RelayFaultTests {
         let running = try harness.startRelay(group: "relay", signer: signer)
         let generated = GeneratedEvents(vehicles: 3, fixesPerVehicle: 1)
         try await harness.produce(generated.events.map(\.record))
-        try await Self.expectDeadLettered(harness, count: 3, reason: "permission_denied", group: "relay")
+        let letters = try await Self.expectDeadLettered(harness, count: 3, reason: "permission_denied", group: "relay")
         try await running.stop()
+        // Each letter is its record unchanged, key included, though a waiting fix keeps its key only as its vehicle id.
+        #expect(Set(letters.map { [$0.key ?? [], $0.value] }) == Set(generated.events.map { [$0.record.key ?? [], $0.record.value] }))
         #expect(harness.emulator.statistics.updateResponsesByStatus[403] == 6, "two attempts per vehicle")
         #expect(signer.mints.load(ordering: .relaxed) == 6, "a new token for the second attempt")
         #expect(harness.emulator.vehicles.isEmpty)

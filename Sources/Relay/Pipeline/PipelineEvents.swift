@@ -24,13 +24,17 @@ public enum ConsumedRecord: Sendable {
 /// `deadLetterFailed` orders it again after a backoff.
 public struct DeadLetterOrder: Sendable {
     public let source: RecordSource
+    /// The record's key as it was.
+    public let key: [UInt8]?
     public let reason: DeadLetterReason
     public let detail: String
     /// Writes of this letter that failed so far: its next backoff.
     public internal(set) var failedWrites = 0
 
-    public init(source: RecordSource, reason: DeadLetterReason, detail: String) {
+    /// - Parameter vehicleId: the vehicle of the record's fix; nil for a record that became none.
+    public init(source: RecordSource, vehicleId: String? = nil, reason: DeadLetterReason, detail: String) {
         self.source = source
+        self.key = source.key(vehicleId: vehicleId)
         self.reason = reason
         self.detail = detail
     }

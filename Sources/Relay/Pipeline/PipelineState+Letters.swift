@@ -45,8 +45,10 @@ extension PipelineState {
     }
 
     /// A letter writer will take it; without a dead-letter topic it stays unfinished instead.
-    mutating func orderDeadLetter(_ source: RecordSource, reason: DeadLetterReason, detail: String, _ actions: inout Actions) {
-        let letter = DeadLetterOrder(source: source, reason: reason, detail: detail)
+    /// `vehicleId` is the vehicle of the record's fix, nil for a record that became none.
+    mutating func orderDeadLetter(_ source: RecordSource, of vehicleId: String? = nil, reason: DeadLetterReason, detail: String,
+                                  _ actions: inout Actions) {
+        let letter = DeadLetterOrder(source: source, vehicleId: vehicleId, reason: reason, detail: detail)
         guard limits.writesDeadLetters else {
             actions.lettersNotWritten.append(letter)
             return

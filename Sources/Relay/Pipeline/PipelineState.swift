@@ -193,7 +193,7 @@ public struct PipelineState<Waiter> {
         case .accepted, .stale:
             finish(request.sources, of: request.partitions.lazy.map(\.topicPartition), now: now, &actions)
         case .rejected(let refusal, let detail):
-            for source in request.sources { orderDeadLetter(source, reason: .refused(refusal), detail: detail, &actions) }
+            for source in request.sources { orderDeadLetter(source, of: vehicle.id, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
         case .abandoned:
             if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
@@ -226,7 +226,7 @@ public struct PipelineState<Waiter> {
             if let due { wakeTimer(for: due, &actions) }
         case .gaveUp(let detail):
             for source in request.sources {
-                orderDeadLetter(source, reason: .retryDeadlineExceeded, detail: detail, &actions)
+                orderDeadLetter(source, of: request.update.vehicle.id, reason: .retryDeadlineExceeded, detail: detail, &actions)
             }
             aftermath.refusedRecords += request.sources.count
             aftermath.retriesExhausted = detail
