@@ -53,22 +53,39 @@ public enum Base64URL {
 
     /// nil for characters outside the alphabet or an impossible length.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
-        let input = Array(text.utf8)
+        Array(text.utf8).withUnsafeBufferPointer { decode($0, exactly: false) }
+    }
+
+    /// As `decode`, and nil too when the last character carries bits past the last byte (stray
+    /// bits): what decodes encodes back to exactly `input`.
+    public static func decodeExactly(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        decode(input, exactly: true)
+    }
+
+    private static func decode(_ input: UnsafeBufferPointer<UInt8>, exactly: Bool) -> [UInt8]? {
         guard input.count % 4 != 1 else { return nil }
-        var output = [UInt8]()
-        output.reserveCapacity(input.count * 3 / 4)
-        var group: UInt32 = 0
-        var bits = 0
-        for character in input {
-            let value = values[Int(character)]
-            guard value != 0xFF else { return nil }
-            group = group << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                output.append(UInt8(truncatingIfNeeded: group >> UInt32(bits)))
+        return values.withUnsafeBufferPointer { values in
+            var decodable = true
+            let output = [UInt8](unsafeUninitializedCapacity: input.count * 3 / 4) { output, written in
+                var group: UInt32 = 0
+                var bits = 0
+                for character in input {
+                    let value = values[Int(character)]
+                    guard value != 0xFF else {
+                        decodable = false
+                        return
+                    }
+                    group = group << 6 | UInt32(value)
+                    bits += 6
+                    if bits >= 8 {
+                        bits -= 8
+                        output[written] = UInt8(truncatingIfNeeded: group >> UInt32(bits))
+                        written += 1
+                    }
+                }
+                if exactly, group & (1 << UInt32(bits) - 1) != 0 { decodable = false }
             }
+            return decodable ? output : nil
         }
-        return output
     }
 }

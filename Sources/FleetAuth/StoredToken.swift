@@ -36,23 +36,35 @@ struct StoredToken {
     init(_ token: VehicleToken, sharing previous: SharedTokenPart?) {
         expiresAt = token.expiresAt
         form = .text(token.token)
-        let parts = token.token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3, let payload = Base64URL.decode(Substring(parts[1])),
-              let signature = Base64URL.decode(Substring(parts[2])),
-              payload.count <= Int(UInt16.max), signature.count <= Int(UInt16.max),
-              Base64URL.encodedCount(payload.count) == parts[1].count,
-              Base64URL.encodedCount(signature.count) == parts[2].count else { return }
-        let header = Substring(parts[0])
-        var shared = SharedTokenPart(header: String(header), payloadStart: payload)
-        var sharedCount = payload.count
-        if let previous, previous.header == header {
-            let common = zip(previous.payloadStart, payload).prefix { $0 == $1 }.count
-            if common >= Self.minimumSharedCount { (shared, sharedCount) = (previous, common) }
+        var text = token.token
+        guard let (header, payload, signature) = text.withUTF8(Self.parts) else { return }
+        let (shared, sharedCount): (SharedTokenPart, Int)
+        if let previous, previous.header == header,
+           case let common = zip(previous.payloadStart, payload).prefix(while: { $0 == $1 }).count,
+           common >= Self.minimumSharedCount {
+            (shared, sharedCount) = (previous, common)
+        } else {
+            (shared, sharedCount) = (SharedTokenPart(header: header, payloadStart: payload), payload.count)
         }
-        form = .jwt(shared: shared, rest: Array(payload[sharedCount...]) + signature,
-                    sharedCount: UInt16(sharedCount), payloadRestCount: UInt16(payload.count - sharedCount))
-        // Base64url text with stray bits in its last character decodes, but re-encodes otherwise.
-        if text != token.token { form = .text(token.token) }
+        var rest: [UInt8] = []
+        rest.reserveCapacity(payload.count - sharedCount + signature.count)
+        rest += payload[sharedCount...]
+        rest += signature
+        form = .jwt(shared: shared, rest: rest, sharedCount: UInt16(sharedCount),
+                    payloadRestCount: UInt16(payload.count - sharedCount))
+        assert(self.text == token.token, "a JWT's parts decoded exactly encode back to its text")
+    }
+
+    /// A JWT's header text and its payload's and signature's bytes, when the two decode exactly
+    /// (no stray bits in their last characters), and so encode back to the same text; nil for
+    /// anything else. Read in the token's UTF-8 in place: this runs for every token minted.
+    private static func parts(of utf8: UnsafeBufferPointer<UInt8>) -> (header: String, payload: [UInt8], signature: [UInt8])? {
+        let dot = UInt8(ascii: ".")
+        guard let first = utf8.firstIndex(of: dot), let second = utf8[(first + 1)...].firstIndex(of: dot),
+              let payload = Base64URL.decodeExactly(UnsafeBufferPointer(rebasing: utf8[(first + 1)..<second])),
+              let signature = Base64URL.decodeExactly(UnsafeBufferPointer(rebasing: utf8[(second + 1)...])),
+              payload.count <= Int(UInt16.max), signature.count <= Int(UInt16.max) else { return nil }
+        return (String(decoding: UnsafeBufferPointer(rebasing: utf8[..<first]), as: UTF8.self), payload, signature)
     }
 
     /// The part this token shares, for the next token to share.

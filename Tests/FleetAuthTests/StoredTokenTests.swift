@@ -52,6 +52,19 @@ import Testing
             }
             #expect(text == Base64URL.encode(bytes))
             #expect(Base64URL.decode(text) == bytes)
+            #expect(Array(text.utf8).withUnsafeBufferPointer(Base64URL.decodeExactly) == bytes)
         }
+    }
+
+    /// Stray bits in the last character decode, but not exactly: they would not encode back.
+    @Test func strayBitsDecodeButNotExactly() {
+        for (text, bytes) in [("c2lnbh", Array("sign".utf8)), ("YR", [0x61]), ("YWJ", [0x61, 0x62])] {
+            #expect(Base64URL.decode(text) == bytes)
+            #expect(Array(text.utf8).withUnsafeBufferPointer(Base64URL.decodeExactly) == nil, "\(text)")
+            #expect(Base64URL.encode(bytes) != text)
+        }
+        #expect(Array("c2lnbg".utf8).withUnsafeBufferPointer(Base64URL.decodeExactly) == Array("sign".utf8))
+        #expect(Array("a!b".utf8).withUnsafeBufferPointer(Base64URL.decodeExactly) == nil)
+        #expect(Array("abcde".utf8).withUnsafeBufferPointer(Base64URL.decodeExactly) == nil, "an impossible length")
     }
 }
