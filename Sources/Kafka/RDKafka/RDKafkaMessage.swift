@@ -55,8 +55,13 @@ struct RDKafkaTopicNames {
     mutating func name(of topic: OpaquePointer?) -> String {
         guard let topic else { return "" }
         if let last, last.topic == topic { return last.name }
-        let name = names[topic] ?? String(cString: rd_kafka_topic_name(topic))
-        names[topic] = name
+        let name: String
+        if let known = names[topic] {
+            name = known
+        } else {
+            name = String(cString: rd_kafka_topic_name(topic))
+            names[topic] = name
+        }
         last = (topic, name)
         return name
     }
