@@ -40,8 +40,7 @@ struct StoredToken {
         guard let (header, payload, signature) = text.withUTF8(Self.parts) else { return }
         let (shared, sharedCount): (SharedTokenPart, Int)
         if let previous, previous.header == header,
-           case let common = zip(previous.payloadStart, payload).prefix(while: { $0 == $1 }).count,
-           common >= Self.minimumSharedCount {
+           case let common = Self.commonStartCount(previous.payloadStart, payload), common >= Self.minimumSharedCount {
             (shared, sharedCount) = (previous, common)
         } else {
             (shared, sharedCount) = (SharedTokenPart(header: header, payloadStart: payload), payload.count)
@@ -53,6 +52,14 @@ struct StoredToken {
         form = .jwt(shared: shared, rest: rest, sharedCount: UInt16(sharedCount),
                     payloadRestCount: UInt16(payload.count - sharedCount))
         assert(self.text == token.token, "a JWT's parts decoded exactly encode back to its text")
+    }
+
+    /// How many bytes the two begin with alike; counted in place (a zip's prefix gathered its pairs in an array).
+    private static func commonStartCount(_ first: [UInt8], _ second: [UInt8]) -> Int {
+        let limit = min(first.count, second.count)
+        var count = 0
+        while count < limit, first[count] == second[count] { count += 1 }
+        return count
     }
 
     /// A JWT's header text and its payload's and signature's bytes, when the two decode exactly

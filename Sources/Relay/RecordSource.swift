@@ -23,12 +23,12 @@ public struct RecordSource: Sendable {
         self.value = record.value
     }
 
-    private init(_ source: RecordSource, keyIsVehicleId: Bool) {
+    private init(keyAsVehicleIdOf source: RecordSource) {
         self.topicPartition = source.topicPartition
-        self.keyIsVehicleId = keyIsVehicleId
+        self.keyIsVehicleId = true
         self.offset = source.offset
         self.generation = source.generation
-        self.storedKey = keyIsVehicleId ? nil : source.storedKey
+        self.storedKey = nil
         self.value = source.value
     }
 
@@ -43,7 +43,7 @@ public struct RecordSource: Sendable {
     /// The same source, storing no key when its key is `vehicleId`'s bytes.
     func storingKey(asVehicleId vehicleId: String) -> RecordSource {
         guard !keyIsVehicleId, let storedKey, storedKey.elementsEqual(vehicleId.utf8) else { return self }
-        return RecordSource(self, keyIsVehicleId: true)
+        return RecordSource(keyAsVehicleIdOf: self)
     }
 
     /// `topic/partition/offset`, the dead-letter `fleet-relay-source` header.

@@ -46,7 +46,7 @@ extension PipelineState {
 
     /// A letter writer will take it; without a dead-letter topic it stays unfinished instead.
     /// `vehicleId` is the vehicle of the record's fix, nil for a record that became none.
-    mutating func orderDeadLetter(_ source: RecordSource, of vehicleId: String? = nil, reason: DeadLetterReason, detail: String,
+    mutating func orderDeadLetter(_ source: RecordSource, of vehicleId: String?, reason: DeadLetterReason, detail: String,
                                   _ actions: inout Actions) {
         let letter = DeadLetterOrder(source: source, vehicleId: vehicleId, reason: reason, detail: detail)
         guard limits.writesDeadLetters else {

@@ -111,7 +111,7 @@ public struct PipelineState<Waiter> {
             case .fix(let fix):
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
             case .bad(let source, let reason, let detail):
-                orderDeadLetter(source, reason: .badRecord(reason), detail: detail, &actions)
+                orderDeadLetter(source, of: nil, reason: .badRecord(reason), detail: detail, &actions)
             case .skipped(let source):
                 finish(source, now: now, &actions)
                 taken.skipped += 1
