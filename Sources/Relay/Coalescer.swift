@@ -34,6 +34,9 @@ public struct CoalescedRequest: Sendable {
     /// Set by the state when a partition of the request's records is revoked or reassigned:
     /// the forwarder sends nothing more then.
     public internal(set) var revocations: [Revocation] = []
+    /// Where the vehicle's lane was when the request was taken: its answer finds the lane
+    /// without a hash lookup while no lane was removed meanwhile.
+    var lane: VehicleScheduler.LaneHandle?
 
     /// Requests the attempt makes at most: the update, after a live-location read when asked.
     public var requestsAtMost: Int { liveCheckEpoch == nil ? 1 : 2 }

@@ -484,7 +484,14 @@ import Testing
         #expect(core.state.vehicleCount == 101, "idle for 5 s only")
         core.observe(core.state.deadlineReached(now: core.start + .seconds(10)))
         #expect(core.state.vehicleCount == 1, "only the vehicle with a request under way is left")
+        // The request was taken when its lane was the 101st; the sweep moved it to the front.
         core.complete(busy, .accepted)
+        core.consume([core.fix("busy", at: 2, offset: 101)])
+        let next = try #require(core.request(), "the request's end found its vehicle's lane where the sweep moved it")
+        #expect(next.update.vehicle.id == "busy" && next.update.lastLocation.recordedAtMilliseconds == 2)
+        core.consume([core.fix("v0", at: 3, offset: 102)])
+        core.complete(next, .accepted)
+        #expect(core.request()?.update.vehicle.id == "v0", "a lane made after the sweep is found through its new position")
     }
 
     // MARK: Deadlines, not ticks

@@ -187,7 +187,7 @@ public struct PipelineState<Waiter> {
             aftermath.learnedRate = adaptation.learnedRate
         }
         let vehicle = request.update.vehicle
-        vehicles.learn(vehicle, newestKnownMilliseconds: delivery.newestKnownMilliseconds)
+        vehicles.learn(request, newestKnownMilliseconds: delivery.newestKnownMilliseconds)
         var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
@@ -203,7 +203,7 @@ public struct PipelineState<Waiter> {
                   random: random, &actions, &aftermath)
         }
         if failure == nil {
-            vehicles.answered(vehicle, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
+            vehicles.answered(request, checkedEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now)
         }
         endRequest(request, now: now, &actions)
         aftermath.outage = pacing.updateOutage(failing: vehicles.vehiclesFailing, vehicles: vehicles.vehicleCount,
@@ -238,7 +238,7 @@ public struct PipelineState<Waiter> {
     private mutating func endRequest(_ request: CoalescedRequest, now: ContinuousClock.Instant, _ actions: inout Actions) {
         requestsInFlight -= 1
         endWork(on: request.partitions, &actions)
-        if let due = vehicles.requestEnded(request.update.vehicle, now: now) { wakeTimer(for: due, &actions) }
+        if let due = vehicles.requestEnded(request, now: now) { wakeTimer(for: due, &actions) }
         serveWaiters(now: now, &actions)
     }
 

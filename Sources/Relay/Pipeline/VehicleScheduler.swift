@@ -17,10 +17,12 @@ struct VehicleScheduler {
     private struct DueVehicle: Comparable {
         private let dueMoment: Moment
         let vehicle: VehicleIdentity
+        let lane: LaneHandle
 
-        init(due: ContinuousClock.Instant, vehicle: VehicleIdentity) {
+        init(due: ContinuousClock.Instant, vehicle: VehicleIdentity, lane: LaneHandle) {
             self.dueMoment = Moment(due)
             self.vehicle = vehicle
+            self.lane = lane
         }
 
         var due: ContinuousClock.Instant { dueMoment.instant }
@@ -34,10 +36,26 @@ struct VehicleScheduler {
     /// buckets of 96 bytes). A lane's position stays valid until the idle sweep removes lanes.
     typealias Lanes = OrderedDictionary<VehicleIdentity, VehicleLane>
 
+    /// A lane's position as of a number of idle sweeps: only a sweep removes lanes and moves
+    /// the others, so a position taken since the last one is still the lane's. A request and a
+    /// ready or deferred vehicle carry one, and each step from the ready queue to a request's
+    /// end reaches the lane without hashing the vehicle (each a few cache misses in a large fleet).
+    struct LaneHandle {
+        fileprivate let index: Lanes.Index
+        fileprivate let sweep: UInt32
+    }
+
+    private struct ReadyVehicle {
+        let vehicle: VehicleIdentity
+        let lane: LaneHandle
+    }
+
     let pastLocations: Int
     let minimumInterval: Duration
     private var lanes: Lanes = [:]
-    private var ready = Deque<VehicleIdentity>()
+    /// Idle sweeps so far, wrapping: what a `LaneHandle` is checked against.
+    private var sweeps: UInt32 = 0
+    private var ready = Deque<ReadyVehicle>()
     private var deferred = Heap<DueVehicle>()
     /// Vehicles with less than a full request wait for more fixes.
     var holdsPartialRequests: Bool
@@ -83,9 +101,27 @@ struct VehicleScheduler {
         case .unchanged: return nil
         case .deferred(let due): return deferVehicle(vehicle, at: lane, until: due.instant)
         case .ready:
-            ready.append(vehicle)
+            ready.append(ReadyVehicle(vehicle: vehicle, lane: handle(lane)))
             return nil
         }
+    }
+
+    private func handle(_ lane: Lanes.Index) -> LaneHandle {
+        LaneHandle(index: lane, sweep: sweeps)
+    }
+
+    /// The vehicle's lane, through `handle` when no sweep ran since it was taken; nil when the
+    /// vehicle was forgotten.
+    private func lane(of vehicle: VehicleIdentity, _ handle: LaneHandle?) -> Lanes.Index? {
+        if let handle, handle.sweep == sweeps {
+            assert(lanes.keys[handle.index] == vehicle, "a lane's position holds until a sweep")
+            return handle.index
+        }
+        return lanes.index(forKey: vehicle)
+    }
+
+    private func lane(of request: CoalescedRequest) -> Lanes.Index? {
+        lane(of: request.update.vehicle, request.lane)
     }
 
     /// What scheduling a vehicle came to. The due time is a `Moment`: with a resilient
@@ -114,7 +150,7 @@ struct VehicleScheduler {
     private mutating func deferVehicle(_ vehicle: VehicleIdentity, at lane: Lanes.Index,
                                        until due: ContinuousClock.Instant) -> ContinuousClock.Instant {
         lanes.values[lane].schedule = .deferred
-        deferred.insert(DueVehicle(due: due, vehicle: vehicle))
+        deferred.insert(DueVehicle(due: due, vehicle: vehicle, lane: handle(lane)))
         return due
     }
 
@@ -134,7 +170,7 @@ struct VehicleScheduler {
         var earliest: ContinuousClock.Instant?
         while let first = deferred.min, first.due <= now {
             deferred.removeMin()
-            guard let lane = lanes.index(forKey: first.vehicle), lanes.values[lane].schedule == .deferred else { continue }
+            guard let lane = lane(of: first.vehicle, first.lane), lanes.values[lane].schedule == .deferred else { continue }
             lanes.values[lane].schedule = .idle
             if let due = schedule(first.vehicle, at: lane, now: now) { earliest = min(earliest ?? due, due) }
         }
@@ -172,8 +208,9 @@ struct VehicleScheduler {
     mutating func takeReady(epoch: UInt64, readsLiveLocationEveryTime: Bool,
                             owns: (RecordSource) -> Bool) -> (request: CoalescedRequest?, stale: [PendingFix]) {
         var stale: [PendingFix] = []
-        while let vehicle = ready.popFirst() {
-            guard let lane = lanes.index(forKey: vehicle) else { continue }
+        while let first = ready.popFirst() {
+            let vehicle = first.vehicle
+            guard let lane = lane(of: vehicle, first.lane) else { continue }
             let taken: (queued: [PendingFix], newestKnown: Int64?)? = inPlace(lane) { lane in
                 guard lane.schedule == .ready else { return nil }
                 lane.schedule = .idle
@@ -195,6 +232,7 @@ struct VehicleScheduler {
                 request.failingSince = lane.retry?.since
                 lane.inFlight = true
             }
+            request.lane = handle(lane)
             return (request, stale)
         }
         return (nil, stale)
@@ -214,16 +252,16 @@ struct VehicleScheduler {
     }
 
     /// A request's attempt ended: the vehicle learns what Fleet Engine holds.
-    mutating func learn(_ vehicle: VehicleIdentity, newestKnownMilliseconds newest: Int64?) {
+    mutating func learn(_ request: CoalescedRequest, newestKnownMilliseconds newest: Int64?) {
         // Through the index: the dictionary's keyed modify costs more than a lookup, once per request.
-        guard let newest, let lane = lanes.index(forKey: vehicle) else { return }
+        guard let newest, let lane = lane(of: request) else { return }
         lanes.values[lane].learn(newestKnownMilliseconds: newest)
     }
 
     /// An attempt was answered (accepted, stale, rejected): retries are over, the minimum
     /// interval counts from now, and a live read made in `checkedEpoch` is taken into account.
-    mutating func answered(_ vehicle: VehicleIdentity, checkedEpoch: UInt64?, now: ContinuousClock.Instant) {
-        guard let lane = lanes.index(forKey: vehicle) else { return }
+    mutating func answered(_ request: CoalescedRequest, checkedEpoch: UInt64?, now: ContinuousClock.Instant) {
+        guard let lane = lane(of: request) else { return }
         if let checkedEpoch { lanes.values[lane].verifiedEpoch = checkedEpoch }
         setRetry(nil, at: lane)
         lanes.values[lane].lastRequestEndedAt = now
@@ -231,11 +269,11 @@ struct VehicleScheduler {
 
     /// The request is no longer under way: the vehicle is scheduled again when fixes wait;
     /// returns a due time when it was deferred.
-    mutating func requestEnded(_ vehicle: VehicleIdentity, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        guard let lane = lanes.index(forKey: vehicle) else { return nil }
+    mutating func requestEnded(_ request: CoalescedRequest, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        guard let lane = lane(of: request) else { return nil }
         lanes.values[lane].inFlight = false
         lanes.values[lane].lastActive = now
-        return schedule(vehicle, at: lane, now: now)
+        return schedule(request.update.vehicle, at: lane, now: now)
     }
 
     /// Puts an unsent request's fixes still owned back at the front of the vehicle's queue,
@@ -243,7 +281,7 @@ struct VehicleScheduler {
     /// good. False when the vehicle was forgotten.
     @discardableResult
     mutating func putBack(_ request: CoalescedRequest, owns: (RecordSource) -> Bool) -> Bool {
-        guard let lane = lanes.index(forKey: request.update.vehicle) else { return false }
+        guard let lane = lane(of: request) else { return false }
         let unsent = (request.carried + [request.newest]).filter { owns($0.source) }
         lanes.values[lane].queued.insert(contentsOf: unsent, at: 0)
         return true
@@ -253,9 +291,10 @@ struct VehicleScheduler {
     /// state counted, and a try that Fleet Engine failed starts the minimum interval. Returns
     /// the due time, or nil when nothing of it is left to retry. Without a backoff the vehicle
     /// goes back to the head of the ready queue: it keeps its place.
-    mutating func retry(_ vehicle: VehicleIdentity, _ retry: VehicleLane.Retry, backoff: Duration?,
+    mutating func retry(_ request: CoalescedRequest, _ retry: VehicleLane.Retry, backoff: Duration?,
                         now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        guard let lane = lanes.index(forKey: vehicle) else { return nil }
+        guard let lane = lane(of: request) else { return nil }
+        let vehicle = request.update.vehicle
         guard !lanes.values[lane].queued.isEmpty else {
             if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
             setRetry(nil, at: lane)
@@ -264,7 +303,7 @@ struct VehicleScheduler {
         setRetry(retry, at: lane)
         guard let backoff else {
             lanes.values[lane].schedule = .ready
-            ready.prepend(vehicle)
+            ready.prepend(ReadyVehicle(vehicle: vehicle, lane: handle(lane)))
             return nil
         }
         if retry.fleetEngine { lanes.values[lane].lastRequestEndedAt = now }
@@ -297,29 +336,28 @@ struct VehicleScheduler {
                          policy: RetryPolicy, deadline: Duration?,
                          keepsFixes: Bool, owns: (RecordSource) -> Bool, now: ContinuousClock.Instant,
                          random: (ClosedRange<Double>) -> Double) -> RetryOutcome {
-        let vehicle = request.update.vehicle
         let failingSince = request.failingSince ?? now
         if let deadline, now - failingSince >= deadline {
-            gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
+            gaveUp(request, fleetEngineFailed: failure.isFleetEngine, now: now)
             let took = Int((now - failingSince).inSeconds.rounded())
             return .gaveUp(detail: "Gave up after \(request.retryAttempts + 1) attempts in \(took) s; last cause: \(failure.cause): \(failure.detail)")
         }
         guard keepsFixes, putBack(request, owns: owns) else {
-            gaveUp(vehicle, fleetEngineFailed: failure.isFleetEngine, now: now)
+            gaveUp(request, fleetEngineFailed: failure.isFleetEngine, now: now)
             return .dropped
         }
-        if failure.isThrottle, let readInEpoch, let lane = lanes.index(forKey: vehicle) { lanes.values[lane].verifiedEpoch = readInEpoch }
+        if failure.isThrottle, let readInEpoch, let lane = lane(of: request) { lanes.values[lane].verifiedEpoch = readInEpoch }
         let keepsPlace = keepsPlaceOnThrottle && failure.isThrottle && failure.retryAfterSeconds == nil && request.retryAttempts == 0
         let backoff = keepsPlace ? nil
             : policy.delay(attempt: request.retryAttempts, retryAfterSeconds: failure.retryAfterSeconds, random: random)
         let state = VehicleLane.Retry(attempts: request.retryAttempts + 1, since: failingSince, fleetEngine: failure.isFleetEngine)
-        return .retrying(due: retry(vehicle, state, backoff: backoff, now: now))
+        return .retrying(due: retry(request, state, backoff: backoff, now: now))
     }
 
     /// The vehicle gave up retrying (its records dead-lettered); a try that Fleet Engine failed
     /// still starts the minimum interval.
-    mutating func gaveUp(_ vehicle: VehicleIdentity, fleetEngineFailed: Bool, now: ContinuousClock.Instant) {
-        guard let lane = lanes.index(forKey: vehicle) else { return }
+    private mutating func gaveUp(_ request: CoalescedRequest, fleetEngineFailed: Bool, now: ContinuousClock.Instant) {
+        guard let lane = lane(of: request) else { return }
         if fleetEngineFailed { lanes.values[lane].lastRequestEndedAt = now }
         setRetry(nil, at: lane)
     }
@@ -346,6 +384,7 @@ struct VehicleScheduler {
     /// Forgets vehicles idle for `limit`: memory follows the active vehicles.
     mutating func forgetIdleVehicles(idleFor limit: Duration, now: ContinuousClock.Instant) {
         lanes = lanes.filter { _, lane in !lane.isIdle || now - lane.lastActive < limit }
+        sweeps &+= 1
         vehiclesFailing = lanes.values.count { $0.retry?.fleetEngine == true }
     }
 
