@@ -84,9 +84,11 @@ struct PartitionLedger {
 
     /// Whether work on the record should go on: its partition is assigned under the same
     /// generation and not being revoked.
-    func owns(_ source: RecordSource) -> Bool {
-        partitions[source.topicPartition]?.owns(generation: source.generation) ?? false
-    }
+    func owns(_ source: RecordSource) -> Bool { ownership.owns(source) }
+
+    /// What `owns` reads, alone: handed to the vehicle scheduler as a closure, it is copied with
+    /// one reference retained, where the ledger's own method took a copy of the whole ledger.
+    var ownership: PartitionOwnership { PartitionOwnership(partitions: partitions) }
 
     /// Where the partition's books are, when it is held under `generation`. The hot paths go
     /// through this index: one hash of the partition per call, and no copy of its books.
@@ -343,5 +345,18 @@ struct PartitionLedger {
 
     func oldestUnfinishedAge(now: ContinuousClock.Instant) -> [TopicPartition: Duration] {
         partitions.mapValues { $0.oldestUnfinishedAge(now: now) }
+    }
+}
+
+/// Which partitions the pipeline owns, under which generations: a view of the ledger's books
+/// for deciding whether work on a record should go on.
+struct PartitionOwnership {
+    fileprivate let partitions: [TopicPartition: PartitionProgress]
+
+    /// Its partition is assigned under the record's generation and not being revoked. Read
+    /// through the index: the dictionary's getter copies the partition's books.
+    func owns(_ source: RecordSource) -> Bool {
+        guard let index = partitions.index(forKey: source.topicPartition) else { return false }
+        return partitions.values[index].owns(generation: source.generation)
     }
 }

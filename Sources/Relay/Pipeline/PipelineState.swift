@@ -196,7 +196,7 @@ public struct PipelineState<Waiter> {
             for source in request.sources { orderDeadLetter(source, of: vehicle.id, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
         case .abandoned:
-            if !intakeClosed { vehicles.putBack(request, owns: ledger.owns) }
+            if !intakeClosed { vehicles.putBack(request, owns: ledger.ownership.owns) }
         case .retry(let transient):
             failure = transient
             retry(request, after: transient, readInEpoch: delivery.liveChecked ? request.liveCheckEpoch : nil, now: now,
@@ -221,7 +221,7 @@ public struct PipelineState<Waiter> {
                                 random: (ClosedRange<Double>) -> Double, _ actions: inout Actions,
                                 _ aftermath: inout AttemptAftermath) {
         switch vehicles.failed(request, failure, readInEpoch: readInEpoch, policy: limits.retryPolicy, deadline: limits.retryDeadline,
-                               keepsFixes: !intakeClosed, owns: ledger.owns, now: now, random: random) {
+                               keepsFixes: !intakeClosed, owns: ledger.ownership.owns, now: now, random: random) {
         case .retrying(let due):
             if let due { wakeTimer(for: due, &actions) }
         case .gaveUp(let detail):
@@ -275,7 +275,7 @@ public struct PipelineState<Waiter> {
     /// The next request from the ready queue; fixes not newer than what Fleet Engine holds finish as stale.
     private mutating func takeReadyRequest(now: ContinuousClock.Instant, _ actions: inout Actions) -> CoalescedRequest? {
         let (request, stale) = vehicles.takeReady(epoch: epoch, readsLiveLocationEveryTime: limits.readsLiveLocationBeforeEveryRequest,
-                                                  owns: ledger.owns)
+                                                  owns: ledger.ownership.owns)
         for fix in stale { finish(fix.source, now: now, &actions) }
         actions.staleFixes += stale.count
         guard var request else { return nil }
