@@ -29,6 +29,9 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     private var task: UnsafeContinuation<TaskWork, Never>?
     /// The request under way, to cancel at shutdown.
     private var call: EgressCall?
+    /// The request the slot started, kept here until its answer: captured by the answer's
+    /// closure instead, it was copied into it, each of its references retained, per request.
+    private var started: CoalescedRequest?
     /// Set while a request starts: an answer that comes at once (a connection that just
     /// closed) is taken in the loop's next turn, so that failing requests do not nest.
     private var starting = false
@@ -88,20 +91,23 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
         driver.statistics.requestStarted()
         guard !cancellation.isSet, driver.startsAtOnce(request) else { return handToTask(.attempt(request)) }
         starting = true
-        call = driver.forwarder.start(request.update, isCancelled: isCancelled) { [self] attempt in
+        let update = request.update
+        started = consume request
+        call = driver.forwarder.start(update, isCancelled: isCancelled) { [self] attempt in
             if starting {
-                loop.execute { self.ended(request, attempt) }
+                loop.execute { self.ended(attempt) }
             } else {
-                ended(request, attempt)
+                ended(attempt)
             }
         }
         starting = false
-        if call == nil { handToTask(.attempt(request)) }
+        if call == nil, let unstarted = started.take() { handToTask(.attempt(unstarted)) }
     }
 
-    /// The answer to a request the slot started.
-    private func ended(_ request: CoalescedRequest, _ attempt: UpdateForwarder.StartedAttempt) {
+    /// The answer to the request the slot started.
+    private func ended(_ attempt: UpdateForwarder.StartedAttempt) {
         call = nil
+        guard let request = started.take() else { preconditionFailure("an answer comes only for a request the slot started") }
         switch attempt {
         case .ended(let delivery):
             driver.finish(request, delivery)
