@@ -29,8 +29,8 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     private var task: UnsafeContinuation<TaskWork, Never>?
     /// The request under way, to cancel at shutdown.
     private var call: EgressCall?
-    /// The request the slot started, kept here until its answer: captured by the answer's
-    /// closure instead, it was copied into it, each of its references retained, per request.
+    /// The request the slot started, kept here until its answer rather than captured by the
+    /// answer's closure, which would copy it (each of its references retained) per request.
     private var started: CoalescedRequest?
     /// Set while a request starts: an answer that comes at once (a connection that just
     /// closed) is taken in the loop's next turn, so that failing requests do not nest.
