@@ -36,8 +36,8 @@ struct StoredToken {
     init(_ token: VehicleToken, sharing previous: SharedTokenPart?) {
         expiresAt = token.expiresAt
         form = .text(token.token)
-        var text = token.token
-        guard let (header, payload, signature) = text.withUTF8(Self.parts) else { return }
+        var issued = token.token  // `withUTF8` may make the text contiguous, so it takes a `var`
+        guard let (header, payload, signature) = issued.withUTF8(Self.parts) else { return }
         let (shared, sharedCount): (SharedTokenPart, Int)
         if let previous, previous.header == header,
            case let common = Self.commonStartCount(previous.payloadStart, payload), common >= Self.minimumSharedCount {
