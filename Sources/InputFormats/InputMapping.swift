@@ -123,6 +123,15 @@ public struct InputMapping: Sendable {
         self.name = name
     }
 
+    /// Whether a field comes from a record header. A consumer reads a record's headers only
+    /// then: librdkafka parses them into a list for each record it is asked about, even one
+    /// with none, at about 2 % of a backlog drain's CPU.
+    public var readsHeaders: Bool {
+        sources.values.contains { source in
+            source.origins.contains { if case .header = $0 { true } else { false } }
+        }
+    }
+
     /// Whether a record without a value is skipped rather than rejected.
     var skipsEmptyValues: Bool {
         skipRules.contains { if case .emptyValue = $0 { true } else { false } }

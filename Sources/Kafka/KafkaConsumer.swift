@@ -44,6 +44,8 @@ public final class KafkaConsumer: Service, Sendable {
 
     private let client: RDKafkaClient
     private let topics: [String]
+    /// Whether records come with their headers (see `init`).
+    private let readsHeaders: Bool
     /// Why subscribing failed, for `run()` to throw once the poll thread ended.
     private let subscriptionFailure = Mutex<KafkaError?>(nil)
     private let context: ConsumerContext
@@ -75,10 +77,13 @@ public final class KafkaConsumer: Service, Sendable {
     /// - Parameters:
     ///   - configuration: librdkafka properties; must include `bootstrap.servers` and `group.id`.
     ///     `enable.auto.commit` is always forced off.
+    ///   - readsHeaders: whether records come with their headers; without, each record's
+    ///     `headers` is empty, which spares librdkafka a parse per record.
     public init(
         configuration: KafkaConfiguration,
         topics: [String],
         logger: Logger,
+        readsHeaders: Bool = true,
         rebalanceHandler: @escaping RebalanceHandler = { _ in [] },
         committedOnRevoke: @escaping @Sendable ([TopicPartitionOffset]) -> Void = { _ in },
         consumeError: @escaping @Sendable (String) -> Void = { _ in },
@@ -110,6 +115,7 @@ public final class KafkaConsumer: Service, Sendable {
         }
         self.logger = logger
         self.topics = topics
+        self.readsHeaders = readsHeaders
     }
 
     /// Subscribes, then polls until `close()` or until the task is cancelled; returns once the
@@ -204,7 +210,8 @@ public final class KafkaConsumer: Service, Sendable {
             if wanted != context.assignment, !context.demand.waitForDemand() { continue }
             context.lastPollUptimeNanoseconds.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             let chunk = client.poll(maximum: Self.maximumChunkSize, timeoutMilliseconds: idlePollMilliseconds.load(ordering: .relaxed),
-                                    generation: context.generation, onError: context.consumeError).records
+                                    readsHeaders: readsHeaders, generation: context.generation,
+                                    onError: context.consumeError).records
             if !chunk.isEmpty {
                 context.positions.note(chunk, currentGeneration: context.generation)
                 let mark = context.demand.demandMark

@@ -13,6 +13,8 @@ public final class KafkaPartitionReader: Sendable {
     /// Where each partition's fetching resumes after a pause, under the current assignment.
     private let positions = Mutex(FetchPositions())
     private let logger: Logger
+    /// Whether records come with their headers (see `init`).
+    private let readsHeaders: Bool
 
     public static let defaultProperties: [String: String] = [
         "enable.partition.eof": "true",
@@ -24,7 +26,9 @@ public final class KafkaPartitionReader: Sendable {
     ///   always off, and an offset out of range resets to the earliest. librdkafka wants a
     ///   `group.id` even for assignments: a private one is set (never joined, never committed
     ///   to), so the configured group is never touched.
-    public init(configuration: KafkaConfiguration, logger: Logger) throws(KafkaError) {
+    /// - Parameter readsHeaders: whether records come with their headers; without, each
+    ///   record's `headers` is empty, which spares librdkafka a parse per record.
+    public init(configuration: KafkaConfiguration, logger: Logger, readsHeaders: Bool = true) throws(KafkaError) {
         var properties = Self.defaultProperties.merging(configuration.properties) { _, user in user }
         properties["group.id"] = "fleet-relay-reader-\(UInt64.random(in: 0...UInt64.max))"
         properties["enable.auto.commit"] = "false"
@@ -35,6 +39,7 @@ public final class KafkaPartitionReader: Sendable {
         self.client = try RDKafkaClient(.consumer, configuration: KafkaConfiguration(properties),
                                         context: RDKafkaClientContext(logger: logger))
         self.logger = logger
+        self.readsHeaders = readsHeaders
     }
 
     public func partitionIDs(topic: String, timeout: Duration = .seconds(10)) async throws -> [Int32] {
@@ -89,6 +94,7 @@ public final class KafkaPartitionReader: Sendable {
         -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         try await blockingCalls.run { () throws(KafkaError) in
             let polled = self.client.poll(maximum: maximum, timeoutMilliseconds: RDKafkaClient.milliseconds(timeout),
+                                          readsHeaders: self.readsHeaders,
                                           generation: { _ in 0 }) { self.logger.warning("Kafka consume error: \($0)") }
             // An explicit assignment has one generation (0): `assign` forgets every position.
             self.positions.withLock { $0.note(polled.records, currentGeneration: { _ in 0 }) }

@@ -9,7 +9,8 @@ extension RelayService {
         var kafka = configuration.kafka
         kafka["group.id"] = configuration.group
         let (statistics, logger) = (self.statistics, self.logger)
-        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger) { [self] event in
+        return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger,
+                                 readsHeaders: configuration.readsRecordHeaders) { [self] event in
             switch event {
             case .assigned(let partitions, let generation):
                 gauges.track(partitions)

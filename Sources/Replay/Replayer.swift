@@ -69,7 +69,8 @@ public final class Replayer: Service, Sendable {
         let started = ContinuousClock.now
         var summary = ReplaySummary()
         summary.dryRun = configuration.dryRun
-        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger,
+                                              readsHeaders: configuration.inputMapping?.readsHeaders ?? false)
         var checkpoint = try await startingCheckpoint(reader)
         let windows = checkpoint.partitions
         summary.recordsInWindow = Int(windows.reduce(0) { $0 + $1.records })

@@ -172,6 +172,36 @@ import Testing
 }
 
 extension InputFormatEndToEndTests {
+    /// A gateway that names the vehicle in a record header, not in the value: the consumer
+    /// reads headers for this mapping (it skips them for mappings that take nothing from one).
+    @Test func aVehicleNamedInARecordHeaderArrivesUnderThatName() async throws {
+        let harness = try await RelayHarness(partitions: 1)
+        let mapping = try MappingFile.parse("""
+            fields:
+              vehicle_id: { header: x-vehicle }
+              lat: position.lat
+              lng: position.lng
+              recorded_at: position.at
+            """, name: "header-gateway")
+        let fixes = Self.fixes(wholeSeconds: false)
+        try await KafkaProducer.run(configuration: harness.kafka, logger: harness.logger) { producer in
+            for fix in fixes {
+                let value = #"{"position":{"lat":\#(fix.latitude),"lng":\#(fix.longitude),"at":\#(fix.milliseconds)}}"#
+                try await producer.send(topic: harness.topic, key: nil, value: Array(value.utf8),
+                                        headers: [KafkaHeader(name: "x-vehicle", value: fix.vehicle)])
+            }
+        }
+        let running = try harness.startRelay(group: "header-gateway") { $0.inputMapping = mapping }
+        try await eventually("every fix reached the emulator under the header's vehicle") {
+            fixes.allSatisfy { fix in
+                harness.emulator.vehicle(VehicleIdentity(kind: .vehicle, id: fix.vehicle))?.receivedFixTimes.contains(fix.milliseconds) ?? false
+            }
+        }
+        #expect(running.relay.statistics.snapshot.deadLettered == 0)
+        try await running.stop()
+        await harness.shutdown()
+    }
+
     /// A Debezium row of PostgreSQL with Debezium's defaults and the converter's schemas:
     /// `timestamp` as MicroTimestamp (integer microseconds), `numeric(9,6)` coordinates as
     /// Decimal (base64 unscaled bytes, the scale in the schema). Read without the schema the

@@ -166,6 +166,18 @@ import Testing
           kind: { constant: delivery_vehicle }
         """
 
+    /// The consumer reads record headers only for a mapping that takes a field from one.
+    @Test func onlyAMappingThatTakesAFieldFromAHeaderReadsHeaders() throws {
+        #expect(try MappingFile.parse(Self.fleetMapping, name: "test").readsHeaders, "a header inside first_of")
+        let direct = "fields:\n  vehicle_id: { header: vehicle }\n  lat: lat\n  lng: lng\n  recorded_at: t\n"
+        #expect(try MappingFile.parse(direct, name: "test").readsHeaders)
+        let withoutHeaders = Self.fleetMapping.replacingOccurrences(of: "{ header: vehicle }, ", with: "")
+        #expect(try !MappingFile.parse(withoutHeaders, name: "test").readsHeaders)
+        for format in BuiltInFormat.allCases {
+            #expect(!format.mapping.readsHeaders, "\(format)")
+        }
+    }
+
     @Test func customMappingWithEnvelopeNestedPathsUnitsZonesAndMaps() throws {
         let mapped = try decoder(yaml: Self.fleetMapping)
         let summer = """

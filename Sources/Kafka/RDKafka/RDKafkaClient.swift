@@ -74,8 +74,8 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
     /// Blocking: up to `maximum` records, waiting at most `timeoutMilliseconds` for the first.
     /// Serves callbacks meanwhile (rebalances, commit answers). Partitions that reported their
     /// end (with `enable.partition.eof`) come back in `reachedEnd`; errors Kafka answered
-    /// instead of records go to `onError`, by name.
-    func poll(maximum: Int, timeoutMilliseconds: Int32, generation: (TopicPartition) -> UInt64,
+    /// instead of records go to `onError`, by name. Records come without headers unless `readsHeaders`.
+    func poll(maximum: Int, timeoutMilliseconds: Int32, readsHeaders: Bool, generation: (TopicPartition) -> UInt64,
               onError: (String) -> Void) -> (records: [KafkaRecord], reachedEnd: [TopicPartition]) {
         var records: [KafkaRecord] = []
         var reachedEnd: [TopicPartition] = []
@@ -86,7 +86,7 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
             timeout = 0
             if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
                 reachedEnd.append(TopicPartition(topic: topicNames.name(of: message.pointee.rkt), partition: message.pointee.partition))
-            } else if let record = RDKafkaMessage.record(from: message, topicNames: &topicNames,
+            } else if let record = RDKafkaMessage.record(from: message, readsHeaders: readsHeaders, topicNames: &topicNames,
                                                          generation: generation, onError: onError) {
                 records.append(record)
             }

@@ -4,8 +4,10 @@ import CRdKafka
 enum RDKafkaMessage {
     /// Takes the message by pointer: librdkafka finds its timestamp and headers in
     /// the internal structure around it, so a copy would not do. Nil for error events,
-    /// which go to `onError` by name (the caller takes partition EOF out first).
-    static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>,
+    /// which go to `onError` by name (the caller takes partition EOF out first). Headers are
+    /// read only when `readsHeaders`: asking librdkafka for them costs a parse and a list per
+    /// record, even for a record with none.
+    static func record(from pointer: UnsafeMutablePointer<rd_kafka_message_t>, readsHeaders: Bool,
                        topicNames: inout RDKafkaTopicNames,
                        generation: (TopicPartition) -> UInt64, onError: (String) -> Void) -> KafkaRecord? {
         let message = pointer.pointee
@@ -25,7 +27,7 @@ enum RDKafkaMessage {
             topic: topic, partition: message.partition, offset: message.offset, key: key, value: value,
             timestampMilliseconds: timestamp >= 0 ? timestamp : nil,
             assignmentGeneration: generation(partition),
-            headers: headers(of: pointer)
+            headers: readsHeaders ? headers(of: pointer) : []
         )
     }
 
