@@ -12,8 +12,9 @@ import Synchronization
 ///
 /// The writer owns the producer: `run` builds it, lends the letter writers a way to write,
 /// and flushes and stops it when they end. The pipeline's driver calls `run` when its first
-/// letter comes, so a relay that dead-letters nothing runs no producer. The writers pull their letters from the pipeline's
-/// state, as request workers pull requests, at most `maximumInFlight` of them.
+/// letter comes, so a relay that dead-letters nothing runs no producer. The writers pull their
+/// letters from the pipeline's state, as request workers pull requests, at most
+/// `maximumInFlight` of them.
 public final class DeadLetterWriter: Sendable {
     /// Enough to keep a broker's produce pipeline full; librdkafka batches them.
     public static let maximumInFlight = 32
