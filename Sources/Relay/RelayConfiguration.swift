@@ -72,9 +72,6 @@ extension RelayConfiguration {
     public func makeDecoder() -> any RecordDecoder {
         RecordDecoders.forTopic(mapping: inputMapping, schemaSource: schemaSource, defaultKind: defaultKind)
     }
-
-    /// Whether the decoder needs a record's headers: only a mapping that takes a field from one.
-    public var readsRecordHeaders: Bool { inputMapping?.readsHeaders ?? false }
 }
 
 extension InputRecord {

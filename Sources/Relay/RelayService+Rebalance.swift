@@ -10,7 +10,7 @@ extension RelayService {
         kafka["group.id"] = configuration.group
         let (statistics, logger) = (self.statistics, self.logger)
         return try KafkaConsumer(configuration: kafka, topics: [configuration.topic], logger: logger,
-                                 readsHeaders: configuration.readsRecordHeaders) { [self] event in
+                                 readsHeaders: configuration.inputMapping?.readsHeaders ?? false) { [self] event in
             switch event {
             case .assigned(let partitions, let generation):
                 gauges.track(partitions)

@@ -86,8 +86,9 @@ package final class RDKafkaClient: @unchecked Sendable {  // the handle is threa
             timeout = 0
             if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
                 reachedEnd.append(TopicPartition(topic: topicNames.name(of: message.pointee.rkt), partition: message.pointee.partition))
-            } else if let record = RDKafkaMessage.record(from: message, readsHeaders: readsHeaders, topicNames: &topicNames,
-                                                         generation: generation, onError: onError) {
+            } else if let record = RDKafkaMessage.record(from: message, readsHeaders: readsHeaders,
+                                                         topicNames: &topicNames, generation: generation,
+                                                         onError: onError) {
                 records.append(record)
             }
         }

@@ -276,7 +276,10 @@ public final class PipelineDriver: Sendable {
         do {
             try await writer.run { write in
                 await withDiscardingTaskGroup { writers in
-                    writers.addTask { await self.writeLetters(with: write, startingWith: first) }
+                    writers.addTask {
+                        await self.writeLetter(first, with: write)
+                        await self.writeLetters(with: write)
+                    }
                     for _ in 1..<DeadLetterWriter.maximumInFlight {
                         writers.addTask { await self.writeLetters(with: write) }
                     }
@@ -289,17 +292,17 @@ public final class PipelineDriver: Sendable {
         }
     }
 
-    private func writeLetters(with write: DeadLetterWriter.Write, startingWith first: DeadLetterOrder? = nil) async {
-        var next = first
-        if next == nil { next = await pipeline.nextLetter(whenReady: carryOut) }
-        while let letter = next {
-            if await write(letter) {
-                statistics.recordDeadLetter(reason: letter.reason)
-                carryOut(pipeline.handle { $0.deadLetterWritten(letter.source, now: .now) })
-            } else {
-                carryOut(pipeline.handle { $0.deadLetterFailed(letter, now: .now) })
-            }
-            next = await pipeline.nextLetter(whenReady: carryOut)
+    private func writeLetters(with write: DeadLetterWriter.Write) async {
+        while let letter = await pipeline.nextLetter(whenReady: carryOut) { await writeLetter(letter, with: write) }
+    }
+
+    /// One attempt at a letter, its outcome reported to the pipeline's state.
+    private func writeLetter(_ letter: DeadLetterOrder, with write: DeadLetterWriter.Write) async {
+        if await write(letter) {
+            statistics.recordDeadLetter(reason: letter.reason)
+            carryOut(pipeline.handle { $0.deadLetterWritten(letter.source, now: .now) })
+        } else {
+            carryOut(pipeline.handle { $0.deadLetterFailed(letter, now: .now) })
         }
     }
 
