@@ -31,10 +31,15 @@ test-python:
 		python3 -m venv $(TEST_VENV) && $(TEST_VENV)/bin/pip install -q $(TEST_PYTHON_PACKAGES); \
 	fi
 
+TEST_LOG := .build/test-output.log
 ## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
+## The output is kept in $(TEST_LOG); a failed run ends with what failed, what a crash
+## interrupted and the crash's frames, where the tail of a CI log shows them.
 test: deps test-python
 	$(SWIFT) build --build-tests
-	FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build
+	@echo 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build'
+	@bash -o pipefail -c 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build 2>&1 | tee $(TEST_LOG)' \
+		|| { python3 scripts/test-failure-summary.py $(TEST_LOG); exit 1; }
 
 ## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
 ## DEMO_FLAGS passes flags to it, e.g. DEMO_FLAGS="--format traccar" (records as Traccar emits them).
