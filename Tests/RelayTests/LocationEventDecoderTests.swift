@@ -99,6 +99,27 @@ import Testing
         #expect(array.failureReason == .notObject)
     }
 
+    /// Short ids are stored inside the string and long ones on the heap: both are compared with
+    /// the key byte for byte, and so is an id of non-ASCII characters.
+    @Test func theRecordKeyMustBeTheVehicleIdByteForByte() {
+        func reason(key: String, id: String) -> RejectionReason? {
+            let value = #"{"vehicle_id":"\#(id)","lat":1,"lng":2,"recorded_at":1795381200000}"#
+            return decoder.decode(key: Array(key.utf8), value: Array(value.utf8)).failureReason
+        }
+        let long = String(repeating: "vehicle-", count: 7) + "42"
+        let accented = "véhicule-7"
+        for id in ["v", "veh-000123", long, accented] {
+            #expect(reason(key: id, id: id) == nil, "key \(id)")
+            #expect(reason(key: id + "0", id: id) == .keyMismatch, "key longer than \(id)")
+            #expect(reason(key: String(id.dropLast()), id: id) == .keyMismatch, "key shorter than \(id)")
+        }
+        #expect(reason(key: "veh-000124", id: "veh-000123") == .keyMismatch)
+        #expect(reason(key: String(long.dropLast()) + "3", id: long) == .keyMismatch)
+        #expect(reason(key: "vehicule-7", id: accented) == .keyMismatch)
+        #expect(reason(key: "v", id: String(repeating: "v", count: 65)) == .badVehicleId)
+        #expect(reason(key: String(repeating: "v", count: 64), id: String(repeating: "v", count: 64)) == nil)
+    }
+
     @Test func defaultKindComesFromConfiguration() throws {
         let delivery = LocationEventDecoder(defaultKind: .deliveryVehicle, nowMilliseconds: { 1_795_381_260_000 })
         let sample = try Fixtures.good[0]
