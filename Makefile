@@ -32,13 +32,16 @@ test-python:
 	fi
 
 TEST_LOG := .build/test-output.log
+# A crash of the test process prints its threads' frames without the registers and images,
+# unless SWIFT_BACKTRACE says otherwise.
+TEST_BACKTRACE := enable=yes,interactive=no,registers=none,images=none,limit=64
 ## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
 ## The output is kept in $(TEST_LOG); a failed run ends with what failed, what a crash
 ## interrupted and the crash's frames, where the tail of a CI log shows them.
 test: deps test-python
 	$(SWIFT) build --build-tests
 	@echo 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build'
-	@bash -o pipefail -c 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build 2>&1 | tee $(TEST_LOG)' \
+	@SWIFT_BACKTRACE="$${SWIFT_BACKTRACE:-$(TEST_BACKTRACE)}" bash -o pipefail -c 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build 2>&1 | tee $(TEST_LOG)' \
 		|| { python3 scripts/test-failure-summary.py $(TEST_LOG); exit 1; }
 
 ## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
