@@ -32,7 +32,7 @@ test-python:
 	fi
 
 TEST_LOG := .build/test-output.log
-# A crash of the test process prints its threads' frames without the registers and images,
+# A crash of the test process prints the crashed thread's frames without registers and images,
 # unless SWIFT_BACKTRACE says otherwise.
 TEST_BACKTRACE := enable=yes,interactive=no,registers=none,images=none,limit=64
 ## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
