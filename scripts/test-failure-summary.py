@@ -10,9 +10,11 @@ import collections
 import re
 import sys
 
-STARTED = re.compile(r"^◇ Test (\S.*?) started\.$")
-ENDED = re.compile(r"^[✔✘] Test (\S.*?) (passed|failed|recorded an issue)")
-FAILED = re.compile(r"^✘ Test (\S.*?) (failed|recorded an issue)")
+# A parameterized test starts under its name, then each case as "case passing …", and ends
+# once, "with N test cases". The whole run starts as "Test run".
+STARTED = re.compile(r"^◇ Test (?!case passing |run started)(\S.*?) started\.$")
+ENDED = re.compile(r"^[✔✘] Test (\S.*?)(?: with \d+ tests? in \d+ suites?| with \d+ test cases?)? (?:passed|failed) after")
+FAILED = re.compile(r"^✘ Test ")
 CRASHED_THREAD = re.compile(r"^Thread \d+ .*crashed:$")
 FRAMES_SHOWN = 25
 
@@ -26,8 +28,8 @@ def summarize(lines):
             under_way[match.group(1)] += 1
         elif match := ENDED.match(line):
             under_way[match.group(1)] -= 1
-            if FAILED.match(line):
-                failed.append(line)
+        if FAILED.match(line):
+            failed.append(line)
         if "Fatal error" in line or "Program crashed" in line:
             crash.append(line)
         if CRASHED_THREAD.match(line):
