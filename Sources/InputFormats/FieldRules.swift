@@ -6,12 +6,9 @@ import JSON
 /// a registry schema): the same checks and the same rejection reasons and sentences.
 enum FieldRules {
     static func validateVehicleId(_ id: String) throws(Rejection) {
-        // Nearly every id is short printable ASCII: one pass over its bytes, as contiguous
-        // memory rather than through the `utf8` view's index, settles it.
-        let plain = id.utf8.withContiguousStorageIfAvailable { bytes in
-            (1...LocationEventDecoder.maximumVehicleIdLength).contains(bytes.count) && bytes.allSatisfy(isPlainIdByte)
-        }
-        if plain == true { return }
+        // Nearly every id is short printable ASCII: one pass over the bytes settles it.
+        let utf8 = id.utf8
+        if utf8.count >= 1, utf8.count <= LocationEventDecoder.maximumVehicleIdLength, utf8.allSatisfy(isPlainIdByte) { return }
         let length = id.unicodeScalars.count
         guard length >= 1, length <= LocationEventDecoder.maximumVehicleIdLength else {
             throw Rejection(reason: .badVehicleId, detail: "vehicle_id must be 1 to \(LocationEventDecoder.maximumVehicleIdLength) characters long, not \(length).")
