@@ -84,7 +84,14 @@ import Testing
         guard process.terminationStatus == 0 else {
             throw FixtureError(message: "serialize.py failed: \(String(decoding: complaints, as: UTF8.self))")
         }
-        return String(decoding: printed, as: UTF8.self).split(separator: "\n").map { Array(Data(base64Encoded: String($0))!) }
+        // A line that is not base64 (a peer that printed something else) fails the test that
+        // asked, not the whole test process.
+        return try String(decoding: printed, as: UTF8.self).split(separator: "\n").map { line in
+            guard let value = Data(base64Encoded: String(line)) else {
+                throw FixtureError(message: "serialize.py printed a line that is not base64: \(line.prefix(200))")
+            }
+            return Array(value)
+        }
     }
 
     struct Setup {
