@@ -35,13 +35,14 @@ TEST_LOG := .build/test-output.log
 # A crash of the test process prints the crashed thread's frames without registers and images,
 # unless SWIFT_BACKTRACE says otherwise.
 TEST_BACKTRACE := enable=yes,interactive=no,registers=none,images=none,limit=64
+TEST_COMMAND = FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build
 ## Unit tests and end-to-end tests against librdkafka's mock cluster and the Fleet Engine emulator.
 ## The output is kept in $(TEST_LOG); a failed run ends with what failed, what a crash
 ## interrupted and the crash's frames, where the tail of a CI log shows them.
 test: deps test-python
 	$(SWIFT) build --build-tests
-	@echo 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build'
-	@SWIFT_BACKTRACE="$${SWIFT_BACKTRACE:-$(TEST_BACKTRACE)}" bash -o pipefail -c 'FLEET_RELAY_TEST_PYTHON="$(abspath $(TEST_VENV))/bin/python3" $(SWIFT) test --skip-build 2>&1 | tee $(TEST_LOG)' \
+	@echo '$(TEST_COMMAND)'
+	@SWIFT_BACKTRACE="$${SWIFT_BACKTRACE:-$(TEST_BACKTRACE)}" bash -o pipefail -c '$(TEST_COMMAND) 2>&1 | tee $(TEST_LOG)' \
 		|| { python3 scripts/test-failure-summary.py $(TEST_LOG); exit 1; }
 
 ## The demo: mock Kafka cluster, Fleet Engine emulator and a simulated fleet, in one process.
