@@ -115,31 +115,40 @@ struct PartitionLedger {
         return index
     }
 
-    /// The record finished; false when it is not of a partition's current generation (nothing changes).
+    /// The record finished; false when its partition's current generation is not the record's.
     @discardableResult
-    mutating func finish(_ source: RecordSource) -> Bool {
-        finish(CollectionOfOne(source))
+    mutating func finish(_ source: borrowing RecordSource) -> Bool {
+        var run: FinishingRun?
+        return finish(source, in: &run)
     }
 
-    /// Records finished together; false when none was of a partition's current generation.
-    /// Each is read in place, field by field: handing a source on would copy it, retaining its
-    /// bytes and topic. Its partition's books are looked up once per run of records sharing
-    /// partition and generation (a request's records nearly always do).
-    mutating func finish<Sources: Collection<RecordSource>>(_ sources: Sources) -> Bool {
+    /// A request's records finished together; false when none was of a partition's current
+    /// generation. Each is read in place, field by field: handing a source on would copy it,
+    /// retaining its bytes and topic. Its partition's books are looked up once per run of
+    /// records sharing partition and generation (a request's records nearly always do).
+    mutating func finish(_ sources: CoalescedRequest.Sources) -> Bool {
         var anyFinished = false
-        var runStart = sources.startIndex
-        var books: Dictionary<TopicPartition, PartitionProgress>.Index?
-        for position in sources.indices {
-            if position == sources.startIndex || sources[position].generation != sources[runStart].generation
-                || sources[position].topicPartition != sources[runStart].topicPartition {
-                runStart = position
-                books = current(sources[position].topicPartition, sources[position].generation)
-            }
-            guard let books else { continue }
-            anyFinished = true
-            if partitions.values[books].finish(sources[position].offset) { unfinishedRecords -= 1 }
+        var run: FinishingRun?
+        sources.lendEach { source in
+            if finish(source, in: &run) { anyFinished = true }
         }
         return anyFinished
+    }
+
+    /// Records of one partition and generation in a row, and where their books are (nil: not ours).
+    private struct FinishingRun {
+        let site: PartitionGeneration
+        let books: Dictionary<TopicPartition, PartitionProgress>.Index?
+    }
+
+    private mutating func finish(_ source: borrowing RecordSource, in run: inout FinishingRun?) -> Bool {
+        if run == nil || run!.site.generation != source.generation || run!.site.topicPartition != source.topicPartition {
+            run = FinishingRun(site: PartitionGeneration(source.topicPartition, source.generation),
+                               books: current(source.topicPartition, source.generation))
+        }
+        guard let books = run!.books else { return false }
+        if partitions.values[books].finish(source.offset) { unfinishedRecords -= 1 }
+        return true
     }
 
     /// Work that settles records of these partitions began (a request, a dead-letter write);

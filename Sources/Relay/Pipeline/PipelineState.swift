@@ -191,7 +191,7 @@ public struct PipelineState<Waiter> {
         var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
-            finish(request.sources, of: request.partitions.lazy.map(\.topicPartition), now: now, &actions)
+            if ledger.finish(request.sources) { finished(in: request.partitions.lazy.map(\.topicPartition), now: now, &actions) }
         case .rejected(let refusal, let detail):
             for source in request.sources { orderDeadLetter(source, of: vehicle.id, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
@@ -287,14 +287,12 @@ public struct PipelineState<Waiter> {
     // MARK: Offsets and flow control
 
     mutating func finish(_ source: RecordSource, now: ContinuousClock.Instant, _ actions: inout Actions) {
-        finish(CollectionOfOne(source), of: CollectionOfOne(source.topicPartition), now: now, &actions)
+        if ledger.finish(source) { finished(in: CollectionOfOne(source.topicPartition), now: now, &actions) }
     }
 
     /// Records finished (a request's together): each partition's share is checked and the commit
     /// scheduled once for all of them, not once per record (a backlog's request carries a hundred).
-    private mutating func finish(_ sources: some Collection<RecordSource>, of partitions: some Sequence<TopicPartition>,
-                                 now: ContinuousClock.Instant, _ actions: inout Actions) {
-        guard ledger.finish(sources) else { return }
+    private mutating func finished(in partitions: some Sequence<TopicPartition>, now: ContinuousClock.Instant, _ actions: inout Actions) {
         for partition in partitions { updateShare(partition) }
         if let due = ledger.scheduleCommit(now: now) { wakeTimer(for: due, &actions) }
     }
