@@ -43,8 +43,11 @@ final class Exchange: @unchecked Sendable {
         grpc = fields
     }
 
-    /// Appends to the body; throws past `maximumBodyBytes`.
+    /// Appends to the body; throws past `maximumBodyBytes`. An empty frame (one that only ends
+    /// the stream) changes nothing: appending it to the body, a slice of the read buffer, would
+    /// copy the body into a buffer of its own.
     func receivedBody(_ bytes: inout ByteBuffer) throws {
+        guard bytes.readableBytes > 0 else { return }
         if body == nil {
             body = bytes
         } else {
