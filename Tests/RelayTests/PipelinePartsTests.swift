@@ -498,3 +498,13 @@ import Testing
         #expect(next == nil)
     }
 }
+
+extension PartitionLedger {
+    /// Records finished one after another; true when any was of a partition's current generation.
+    @discardableResult
+    mutating func finish(_ sources: [RecordSource]) -> Bool {
+        var anyFinished = false
+        for source in sources where finish(source) { anyFinished = true }
+        return anyFinished
+    }
+}
