@@ -61,14 +61,6 @@ public struct CoalescedRequest: Sendable {
                 if position == 0 { yield newest.source } else { yield carried[position - 1].source }
             }
         }
-
-        /// Lends each source in turn, in order. The hot paths read sources so: the subscript is an
-        /// accessor coroutine, which allocated its frame at each read it was not inlined into
-        /// (three per finished record in the ledger).
-        func lendEach(_ body: (borrowing RecordSource) -> Void) {
-            body(newest.source)
-            for index in carried.indices { body(carried[index].source) }
-        }
     }
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
@@ -85,10 +77,25 @@ public struct CoalescedRequest: Sendable {
     }
 
     private static func source(_ source: borrowing RecordSource, isIn partitions: [PartitionGeneration]) -> Bool {
-        for partition in partitions where partition.generation == source.generation && partition.topicPartition == source.topicPartition {
-            return true
+        position(of: source, in: partitions) != nil
+    }
+
+    private static func position(of source: borrowing RecordSource, in partitions: [PartitionGeneration]) -> Int? {
+        partitions.firstIndex { $0.generation == source.generation && $0.topicPartition == source.topicPartition }
+    }
+
+    /// Each record's offset, in order, with its partition's position in `partitions`: all the
+    /// ledger needs to finish them. A source itself handed to the ledger, which changes, was
+    /// copied out of the array first (its topic and bytes retained, and released again); and
+    /// reading one through `sources`, an accessor coroutine, allocated the coroutine's frame at
+    /// each read it was not inlined into (three per finished record).
+    func forEachRecordOffset(_ body: (_ partition: Int, _ offset: Int64) -> Void) {
+        body(0, newest.source.offset)  // the newest fix's partition comes first
+        for index in carried.indices {
+            let offset = carried[index].source.offset
+            let partition = partitions.count == 1 ? 0 : Self.position(of: carried[index].source, in: partitions) ?? 0
+            body(partition, offset)
         }
-        return false
     }
 }
 

@@ -36,6 +36,37 @@ import Testing
         #expect(ledger.unfinishedRecords == 1)
     }
 
+    /// A request's records finish in their own partitions' books, whichever partition its newest
+    /// fix came from, and records of an assignment no longer held finish nothing.
+    @Test func aRequestsRecordsFinishInThePartitionsTheyCameFrom() throws {
+        var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
+        ledger.assign([p0, p1], generation: 2)
+        for offset in 0..<4 { _ = ledger.register(source(0, Int64(offset), generation: 2), at: Moment(start)) }
+        for offset in 0..<3 { _ = ledger.register(source(1, Int64(offset), generation: 2), at: Moment(start)) }
+        #expect(ledger.unfinishedRecords == 7)
+        let vehicle = VehicleIdentity(kind: .vehicle, id: "v1")
+        func fix(_ source: RecordSource, at time: Int64) -> PendingFix {
+            PendingFix(update: LocationUpdate(vehicle: vehicle, fix: LocationFix(latitude: 1, longitude: 2, recordedAtMilliseconds: time)),
+                       source: source)
+        }
+        // Oldest first: p0's 0 and 1, p1's 0, an old assignment's p0 record, then p1's 1 as the newest.
+        let fixes = [fix(source(0, 0, generation: 2), at: 1), fix(source(0, 1, generation: 2), at: 2),
+                     fix(source(1, 0, generation: 2), at: 3), fix(source(0, 2, generation: 1), at: 4),
+                     fix(source(1, 1, generation: 2), at: 5)]
+        let request = try #require(Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 100).request)
+        #expect(request.partitions.count == 3)
+        let finished = ledger.finish(request)
+        #expect(finished)
+        #expect(Set(ledger.offsetsToCommit()) == [TopicPartitionOffset(p0, offset: 2), TopicPartitionOffset(p1, offset: 2)])
+        #expect(ledger.unfinishedRecords == 3, "p0's 2 and 3 and p1's 2 are left; the old assignment's record counted nothing")
+
+        let stale = [fix(source(0, 3, generation: 1), at: 6), fix(source(1, 2, generation: 1), at: 7)]
+        let elsewhere = try #require(Coalescer.coalesce(vehicle: vehicle, fixes: stale, newestAcceptedMilliseconds: nil, pastLimit: 100).request)
+        let finishedElsewhere = ledger.finish(elsewhere)
+        #expect(!finishedElsewhere, "records of an assignment no longer held finish nothing")
+        #expect(ledger.unfinishedRecords == 3)
+    }
+
     /// Records of a backlog finish a vehicle at a time, all over the partition: whatever the
     /// order, the commit offset is the lowest unfinished one, a record finishes once, and the
     /// books hold no more than about twice the unfinished records.

@@ -100,11 +100,18 @@ struct PartitionLedger {
     // MARK: Records and work
 
     /// Takes a record in; false when its partition is not ours or it was taken in before.
-    mutating func register(_ source: RecordSource, at now: Moment) -> Bool {
+    mutating func register(_ source: borrowing RecordSource, at now: Moment) -> Bool {
         guard let index = booksForRegistering(source.topicPartition),
               partitions.values[index].register(source.offset, ofGeneration: source.generation, at: now) else { return false }
         unfinishedRecords += 1
         if unfinishedRecords >= burstRecords { burstSinceCaughtUp = true }
+        return true
+    }
+
+    /// `register`, counting a record taken in for its partition.
+    mutating func register(_ source: borrowing RecordSource, at now: Moment, counting counts: inout CountsByPartition) -> Bool {
+        guard register(source, at: now) else { return false }
+        counts.count(source.topicPartition)
         return true
     }
 
@@ -118,37 +125,27 @@ struct PartitionLedger {
     /// The record finished; false when its partition's current generation is not the record's.
     @discardableResult
     mutating func finish(_ source: borrowing RecordSource) -> Bool {
-        var run: FinishingRun?
-        return finish(source, in: &run)
+        guard let books = current(source.topicPartition, source.generation) else { return false }
+        if partitions.values[books].finish(source.offset) { unfinishedRecords -= 1 }
+        return true
     }
 
     /// A request's records finished together; false when none was of a partition's current
-    /// generation. Each is read in place, field by field: handing a source on would copy it,
-    /// retaining its bytes and topic. Its partition's books are looked up once per run of
-    /// records sharing partition and generation (a request's records nearly always do).
-    mutating func finish(_ sources: CoalescedRequest.Sources) -> Bool {
+    /// generation. Their partitions' books are looked up once per run of records sharing
+    /// partition and generation (a request's records nearly always do).
+    mutating func finish(_ request: CoalescedRequest) -> Bool {
         var anyFinished = false
-        var run: FinishingRun?
-        sources.lendEach { source in
-            if finish(source, in: &run) { anyFinished = true }
+        var run: (partition: Int, books: Dictionary<TopicPartition, PartitionProgress>.Index?)?
+        request.forEachRecordOffset { partition, offset in
+            if run?.partition != partition {
+                let site = request.partitions[partition]
+                run = (partition, current(site.topicPartition, site.generation))
+            }
+            guard let books = run?.books else { return }
+            anyFinished = true
+            if partitions.values[books].finish(offset) { unfinishedRecords -= 1 }
         }
         return anyFinished
-    }
-
-    /// Records of one partition and generation in a row, and where their books are (nil: not ours).
-    private struct FinishingRun {
-        let site: PartitionGeneration
-        let books: Dictionary<TopicPartition, PartitionProgress>.Index?
-    }
-
-    private mutating func finish(_ source: borrowing RecordSource, in run: inout FinishingRun?) -> Bool {
-        if run == nil || run!.site.generation != source.generation || run!.site.topicPartition != source.topicPartition {
-            run = FinishingRun(site: PartitionGeneration(source.topicPartition, source.generation),
-                               books: current(source.topicPartition, source.generation))
-        }
-        guard let books = run!.books else { return false }
-        if partitions.values[books].finish(source.offset) { unfinishedRecords -= 1 }
-        return true
     }
 
     /// Work that settles records of these partitions began (a request, a dead-letter write);

@@ -101,18 +101,19 @@ public struct PipelineState<Waiter> {
         let registeredAt = Moment(now)
         // Off the end of the reversed chunk, in order: each record moves into its lane instead
         // of being copied there (its bytes' references retained) and released with the chunk.
+        // Its source is registered where it lies in the record: taken out first, it was a copy.
         records.withUnsafeMutableBufferPointer { $0.reverse() }
         var perPartition = CountsByPartition()
         while let record = records.popLast() {
-            let source = record.source
-            guard ledger.register(source, at: registeredAt) else { continue }
-            perPartition.count(source.topicPartition)
             switch consume record {
             case .fix(let fix):
+                guard ledger.register(fix.source, at: registeredAt, counting: &perPartition) else { continue }
                 if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
             case .bad(let source, let reason, let detail):
+                guard ledger.register(source, at: registeredAt, counting: &perPartition) else { continue }
                 orderDeadLetter(source, of: nil, reason: .badRecord(reason), detail: detail, &actions)
             case .skipped(let source):
+                guard ledger.register(source, at: registeredAt, counting: &perPartition) else { continue }
                 finish(source, now: now, &actions)
                 taken.skipped += 1
             }
@@ -191,7 +192,7 @@ public struct PipelineState<Waiter> {
         var failure: TransientFailure?
         switch delivery.outcome {
         case .accepted, .stale:
-            if ledger.finish(request.sources) { finished(in: request.partitions.lazy.map(\.topicPartition), now: now, &actions) }
+            if ledger.finish(request) { finished(in: request.partitions.lazy.map(\.topicPartition), now: now, &actions) }
         case .rejected(let refusal, let detail):
             for source in request.sources { orderDeadLetter(source, of: vehicle.id, reason: .refused(refusal), detail: detail, &actions) }
             aftermath.refusedRecords += request.sources.count
