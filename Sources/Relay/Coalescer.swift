@@ -55,7 +55,9 @@ public struct CoalescedRequest: Sendable {
         public var startIndex: Int { 0 }
         public var endIndex: Int { carried.count + 1 }
 
-        /// Lent, not copied: a caller reading a field takes no reference.
+        /// Lent, not copied: a caller reading a field takes no reference. An accessor coroutine,
+        /// it allocates its frame at each read it is not inlined into: the ledger reads records
+        /// through `forEachRecordOffset`.
         public subscript(position: Int) -> RecordSource {
             _read {
                 if position == 0 { yield newest.source } else { yield carried[position - 1].source }
@@ -85,15 +87,21 @@ public struct CoalescedRequest: Sendable {
     }
 
     /// Each record's offset, in order, with its partition's position in `partitions`: all the
-    /// ledger needs to finish them. A source itself handed to the ledger, which changes, was
-    /// copied out of the array first (its topic and bytes retained, and released again); and
-    /// reading one through `sources`, an accessor coroutine, allocated the coroutine's frame at
-    /// each read it was not inlined into (three per finished record).
+    /// ledger needs to finish them. Not the sources themselves: one lent to the ledger, which
+    /// changes meanwhile, is copied out of its array first (its topic and bytes retained and
+    /// released), and one read through `sources`, an accessor coroutine, allocates the
+    /// coroutine's frame at each read the optimizer does not inline.
     func forEachRecordOffset(_ body: (_ partition: Int, _ offset: Int64) -> Void) {
         body(0, newest.source.offset)  // the newest fix's partition comes first
         for index in carried.indices {
             let offset = carried[index].source.offset
-            let partition = partitions.count == 1 ? 0 : Self.position(of: carried[index].source, in: partitions) ?? 0
+            guard partitions.count > 1 else {
+                body(0, offset)
+                continue
+            }
+            guard let partition = Self.position(of: carried[index].source, in: partitions) else {
+                preconditionFailure("a request's partitions hold every one of its records' partitions")
+            }
             body(partition, offset)
         }
     }

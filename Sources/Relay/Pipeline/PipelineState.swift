@@ -101,7 +101,7 @@ public struct PipelineState<Waiter> {
         let registeredAt = Moment(now)
         // Off the end of the reversed chunk, in order: each record moves into its lane instead
         // of being copied there (its bytes' references retained) and released with the chunk.
-        // Its source is registered where it lies in the record: taken out first, it was a copy.
+        // Its source is registered where it lies in the record: taken out first, it would be a copy.
         records.withUnsafeMutableBufferPointer { $0.reverse() }
         var perPartition = CountsByPartition()
         while let record = records.popLast() {
