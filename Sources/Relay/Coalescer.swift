@@ -72,14 +72,10 @@ public struct CoalescedRequest: Sendable {
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
         // per request. Each source is lent to the scan by index, not copied into a closure.
         var partitions = [PartitionGeneration(newest.source.topicPartition, newest.source.generation)]
-        for index in carried.indices where !Self.source(carried[index].source, isIn: partitions) {
+        for index in carried.indices where Self.position(of: carried[index].source, in: partitions) == nil {
             partitions.append(PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
         }
         self.partitions = partitions
-    }
-
-    private static func source(_ source: borrowing RecordSource, isIn partitions: [PartitionGeneration]) -> Bool {
-        position(of: source, in: partitions) != nil
     }
 
     private static func position(of source: borrowing RecordSource, in partitions: [PartitionGeneration]) -> Int? {
@@ -94,15 +90,10 @@ public struct CoalescedRequest: Sendable {
     func forEachRecordOffset(_ body: (_ partition: Int, _ offset: Int64) -> Void) {
         body(0, newest.source.offset)  // the newest fix's partition comes first
         for index in carried.indices {
-            let offset = carried[index].source.offset
-            guard partitions.count > 1 else {
-                body(0, offset)
-                continue
-            }
-            guard let partition = Self.position(of: carried[index].source, in: partitions) else {
-                preconditionFailure("a request's partitions hold every one of its records' partitions")
-            }
-            body(partition, offset)
+            // One partition nearly always: no comparison needed then.
+            let partition = partitions.count == 1 ? 0 : Self.position(of: carried[index].source, in: partitions)
+            guard let partition else { preconditionFailure("a request's partitions hold every one of its records' partitions") }
+            body(partition, carried[index].source.offset)
         }
     }
 }
