@@ -155,6 +155,12 @@ extension SplitMix64: RandomNumberGenerator {}
             }
         }
 
+        /// Time passes for the quota while every client stands still: a relay descheduled, or
+        /// its answers held up, with nothing handled until it ends.
+        mutating func stallClients(milliseconds: Int) {
+            millisecond += milliseconds
+        }
+
         var admitted: Int { clients.reduce(0) { $0 + $1.admitted } }
         var throttled: Int { clients.reduce(0) { $0 + $1.throttled } }
     }
@@ -172,6 +178,26 @@ extension SplitMix64: RandomNumberGenerator {}
         print("learned rate figures: \(quota)/s, \(latency) ms: \(used * 100) % used, \(refused * 100) % refused")
         #expect(used >= 0.9 && refused <= 0.05, "\(quota)/s, \(latency) ms: \(used * 100) % used, \(refused * 100) % refused")
         #expect(simulation.clients[0].pacingChanges.count == 1, "pacing began once and never ended")
+    }
+
+    /// A 429 handled after the relay stood still for longer than the admitted rate's window (a
+    /// process descheduled, answers held up) cuts from what was admitted before the refused
+    /// request was sent: the empty stretch says nothing about the quota, and a cut from it
+    /// would take the rate to nothing and keep it far below the quota for seconds.
+    @Test func aStallBeforeA429DoesNotCutTheRateToNothing() {
+        var simulation = Simulation(start: start, quota: Quota(perSecond: 100),
+                                    clients: [Client(capacity: 500, latency: 1, inFlight: 32, now: start)])
+        simulation.run(seconds: 10)
+        var lowest = Double.infinity
+        for _ in 0..<5 {
+            while !simulation.clients[0].underWay.contains(where: { !$0.admitted }) { simulation.run(seconds: 0.001) }
+            simulation.stallClients(milliseconds: 600)
+            simulation.run(seconds: 0.002)
+            lowest = min(lowest, simulation.clients[0].pacing.learnedRate(now: simulation.at(simulation.millisecond)) ?? .infinity)
+            simulation.run(seconds: 3)
+        }
+        print("learned rate figures: lowest after a stall before a 429: \(lowest)/s")
+        #expect(lowest >= 80, "the rate fell to \(lowest)/s")
     }
 
     /// Two relays sharing the quota settle together under it, neither starved.

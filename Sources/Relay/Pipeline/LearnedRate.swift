@@ -6,10 +6,13 @@ import Foundation
 ///
 /// - **Unlimited until throttled.** Nothing is paced while Fleet Engine admits everything.
 /// - **A 429 sets the rate from what was admitted, then cuts it.** The rate becomes 90 % of the
-///   requests admitted per second over the last half second (never more than it was): after a
-///   burst that emptied the quota's bucket this is the quota itself, whatever was sent. Only a
-///   429 to a request sent after the last cut cuts again; requests sent before it say nothing
-///   about the new rate.
+///   requests admitted per second in the half second before the refused request was sent
+///   (never more than it was): after a burst that emptied the quota's bucket this is the quota
+///   itself, whatever was sent. Admitted requests count when they were sent, not when their
+///   answers came: a relay that stood still (descheduled, its answers held up) would otherwise
+///   see an empty half second before the 429 it handles next, and cut the rate to nothing.
+///   Only a 429 to a request sent after the last cut cuts again; requests sent before it say
+///   nothing about the new rate.
 /// - **It grows back as CUBIC's window does (RFC 9438), on a rate:** concave up to the admitted
 ///   rate it was cut from, flat around it, then convex, probing ever faster. Near the last known
 ///   quota it overshoots slowly, so few requests are refused; far above it (a quota raised or
@@ -31,6 +34,10 @@ public struct LearnedRate: Sendable {
         public var growth = 0.4
         /// Over how long the admitted rate is measured at a 429.
         public var window = Duration.milliseconds(500)
+        /// How long after it was sent an admitted request still counts: past this an answer is
+        /// too late to say anything about the rate (and a refused request sent earlier is
+        /// measured against the oldest window kept).
+        public var history = Duration.seconds(10)
         /// The rate never falls below this many requests per second.
         public var minimum = 1.0
         /// Pacing ends once this long passed without a 429 and without a request waiting for it.
@@ -65,7 +72,7 @@ public struct LearnedRate: Sendable {
 
     public init(settings: Settings = Settings(), now: ContinuousClock.Instant) {
         self.settings = settings
-        self.admitted = AdmittedRateMeter(window: settings.window, now: Moment(now))
+        self.admitted = AdmittedRateMeter(window: settings.window, history: settings.history, now: Moment(now))
     }
 
     /// Requests per second allowed now; nil while not pacing.
@@ -79,12 +86,12 @@ public struct LearnedRate: Sendable {
     /// other than 429, and `throttled` says whether one was answered 429.
     public mutating func attemptEnded(admitted count: Int, throttled: Bool, startedAt: ContinuousClock.Instant,
                                       now: ContinuousClock.Instant) -> Change? {
-        let moment = Moment(now)
-        admitted.add(count, now: moment)
+        let (moment, sentAt) = (Moment(now), Moment(startedAt))
+        admitted.add(count, sentAt: sentAt, now: moment)
         guard throttled else { return endIfQuiet(now: moment) }
         lastThrottled = moment
-        if let cut, Moment(startedAt) <= cut.at { return nil }
-        let admittedRate = admitted.rate(now: moment)
+        if let cut, sentAt <= cut.at { return nil }
+        let admittedRate = admitted.rate(before: sentAt, now: moment)
         let next = max(settings.minimum, min(rate(now: now) ?? .infinity, admittedRate * settings.decrease))
         let ceiling = max(admittedRate, next)
         cut = Cut(ceiling: ceiling, rate: next, at: moment, plateau: cbrt((ceiling - next) / settings.growth))
@@ -106,40 +113,50 @@ public struct LearnedRate: Sendable {
     }
 }
 
-/// Requests admitted per second over a sliding window, counted in twentieths of it.
+/// Requests admitted per second by when they were sent, over a window ending at a chosen
+/// moment of the recent past, counted in twentieths of the window.
 struct AdmittedRateMeter: Sendable {
-    private static let slots = 20
+    private static let slotsPerWindow = 20
     private let slotLength: Duration
     private let origin: Moment
+    /// Counts of the last `history` (plus a window), by slot: slot `n` (counted from `origin`)
+    /// lies at `n % counts.count`.
     private var counts: [Int]
-    /// The slot (counted from `origin`) the newest count fell in.
+    /// The newest slot (counted from `origin`) counts may fall in: the one `now` lies in.
     private var current = 0
 
-    init(window: Duration, now: Moment) {
-        slotLength = window / Self.slots
+    init(window: Duration, history: Duration, now: Moment) {
+        slotLength = window / Self.slotsPerWindow
         origin = now
-        counts = Array(repeating: 0, count: Self.slots)
+        counts = Array(repeating: 0, count: Self.slotsPerWindow + max(1, Int(history / slotLength)))
     }
 
-    mutating func add(_ count: Int, now: Moment) {
+    /// `count` requests sent at `sentAt` were admitted; dropped when sent before the history kept.
+    mutating func add(_ count: Int, sentAt: Moment, now: Moment) {
         advance(to: slot(at: now))
-        counts[current % Self.slots] += count
+        let sentSlot = min(slot(at: sentAt), current)
+        guard sentSlot > current - counts.count else { return }
+        counts[sentSlot % counts.count] += count
     }
 
-    /// Admitted per second over the window up to `now` (over less since the first count, when
-    /// the meter is younger than its window).
-    mutating func rate(now: Moment) -> Double {
+    /// Admitted per second over the window up to `end`'s slot (over less when the meter is
+    /// younger than that; the oldest window kept when `end` is older).
+    mutating func rate(before end: Moment, now: Moment) -> Double {
         advance(to: slot(at: now))
-        let intoCurrent = (now - origin) - slotLength * current
-        let span = min(now - origin, slotLength * (Self.slots - 1) + intoCurrent).inSeconds
-        return span > 0 ? Double(counts.reduce(0, +)) / span : 0
+        let last = max(min(slot(at: end), current), current - counts.count + Self.slotsPerWindow)
+        let first = max(0, last - Self.slotsPerWindow + 1)
+        // Only the part of the current slot that has passed can have sent anything.
+        let lastElapsed = last == current ? (now - origin) - slotLength * current : slotLength
+        let span = (slotLength * (last - first) + lastElapsed).inSeconds
+        let sent = (first...last).reduce(0) { $0 + counts[$1 % counts.count] }
+        return span > 0 ? Double(sent) / span : 0
     }
 
-    private func slot(at now: Moment) -> Int { max(0, Int((now - origin) / slotLength)) }
+    private func slot(at moment: Moment) -> Int { max(0, Int((moment - origin) / slotLength)) }
 
     private mutating func advance(to slot: Int) {
         guard slot > current else { return }
-        for skipped in (current + 1)...min(slot, current + Self.slots) { counts[skipped % Self.slots] = 0 }
+        for skipped in (current + 1)...min(slot, current + counts.count) { counts[skipped % counts.count] = 0 }
         current = slot
     }
 }
