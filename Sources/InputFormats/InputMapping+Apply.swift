@@ -22,7 +22,7 @@ extension InputMapping {
         let event = try unwrap(document)
         let context = Context(document: event, record: record)
         let vehicleId = try identifier(context)
-        if keyMustMatch, let key = record.key, key != Array(vehicleId.utf8) {
+        if keyMustMatch, let key = record.key, !key.isUTF8(of: vehicleId) {
             throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
         }
         let (latitude, longitude) = try position(context)

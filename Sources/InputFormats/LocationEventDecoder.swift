@@ -81,7 +81,7 @@ public struct LocationEventDecoder: Sendable {
         let longitude = try event.requiredNumber(.lng)
         let recordedAt = try event.required(.recordedAt)
         try FieldRules.validateVehicleId(vehicleId)
-        if let key, !key.elementsEqual(vehicleId.utf8) {
+        if let key, !key.isUTF8(of: vehicleId) {
             throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
         }
         try FieldRules.check(latitude, in: -90...90, field: EventFields.Field.lat.name)

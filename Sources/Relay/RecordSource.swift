@@ -42,7 +42,7 @@ public struct RecordSource: Sendable {
 
     /// The same source, storing no key when its key is `vehicleId`'s bytes.
     func storingKey(asVehicleId vehicleId: String) -> RecordSource {
-        guard !keyIsVehicleId, let storedKey, storedKey.elementsEqual(vehicleId.utf8) else { return self }
+        guard !keyIsVehicleId, let storedKey, storedKey.isUTF8(of: vehicleId) else { return self }
         return RecordSource(keyAsVehicleIdOf: self)
     }
 

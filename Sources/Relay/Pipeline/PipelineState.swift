@@ -108,7 +108,7 @@ public struct PipelineState<Waiter> {
             switch consume record {
             case .fix(let fix):
                 guard ledger.register(fix.source, at: registeredAt, counting: &perPartition) else { continue }
-                if let due = vehicles.enqueue(fix, now: now) { wakeTimer(for: due, &actions) }
+                if let due = vehicles.enqueue(fix, now: now, moment: registeredAt) { wakeTimer(for: due, &actions) }
             case .bad(let source, let reason, let detail):
                 guard ledger.register(source, at: registeredAt, counting: &perPartition) else { continue }
                 orderDeadLetter(source, of: nil, reason: .badRecord(reason), detail: detail, &actions)

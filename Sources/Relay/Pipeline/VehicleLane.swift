@@ -52,6 +52,12 @@ struct VehicleLane {
         self.lastActiveMoment = Moment(now)
     }
 
+    /// Queues a fix the lane took in at `moment`.
+    mutating func takeIn(_ fix: consuming PendingFix, at moment: Moment) {
+        queued.append(fix)
+        lastActiveMoment = moment
+    }
+
     /// When the lane last took in a fix or finished a request.
     var lastActive: ContinuousClock.Instant {
         get { lastActiveMoment.instant }

@@ -74,12 +74,12 @@ struct VehicleScheduler {
     // MARK: Queueing
 
     /// Queues a fix in its vehicle's lane (made when new) and schedules the vehicle; returns a
-    /// due time when it was deferred (the timer must hear of it).
-    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+    /// due time when it was deferred (the timer must hear of it). `moment` is `now` as a
+    /// `Moment` when the caller has one: converting an instant per fix costs 128-bit divisions.
+    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant, moment: Moment? = nil) -> ContinuousClock.Instant? {
         let vehicle = fix.update.vehicle
         let lane = laneIndex(vehicle, now: now)
-        lanes.values[lane].queued.append(fix)
-        lanes.values[lane].lastActive = now
+        lanes.values[lane].takeIn(fix, at: moment ?? Moment(now))
         return schedule(vehicle, at: lane, now: now)
     }
 
