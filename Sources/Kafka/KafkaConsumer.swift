@@ -109,7 +109,7 @@ public final class KafkaConsumer: Service, Sendable {
         self.client = client
         self.context = context
         demand.wakesPoll { [weak client] in client?.wakePoll() }  // weak: the client holds the demand through its context
-        self.pollThread = PollThread(name: "kafka-consumer-poll") {
+        self.pollThread = PollThread(name: "kafka-consumer") {
             demand.wake()
             client.wakePoll()
         }

@@ -27,7 +27,7 @@ public final class KafkaProducer: Service, Sendable {
         let client = try RDKafkaClient(.producer, configuration: KafkaConfiguration(properties), context: context)
         self.client = client
         self.context = context
-        self.pollThread = PollThread(name: "kafka-producer-poll") { client.wakePoll() }
+        self.pollThread = PollThread(name: "kafka-producer") { client.wakePoll() }
     }
 
     /// Runs the producer for the duration of `body`; afterwards what is queued is flushed

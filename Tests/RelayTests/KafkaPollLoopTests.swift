@@ -1,3 +1,4 @@
+import Foundation
 @testable import Kafka
 import KafkaTesting
 import Logging
@@ -49,6 +50,18 @@ import Testing
         }
         consumer.idlePollMilliseconds.store(60_000, ordering: .relaxed)
         return consumer
+    }
+
+    /// The poll thread goes by its own name in `top -H`, `perf` and the bench's profile, not by
+    /// the name of the thread that started it.
+    @Test func thePollThreadGoesByItsName() async throws {
+        let thread = PollThread(name: "poll-name-test")
+        let seen = Mutex<String?>(nil)
+        await thread.run {
+            let name = try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)
+            seen.withLock { $0 = name?.trimmingCharacters(in: .newlines) }
+        }
+        #expect(seen.withLock { $0 } == "poll-name-test")
     }
 
     /// The hand-over may ask for more while the yield that found it full is still returning: that

@@ -23,7 +23,10 @@ final class PollThread: Sendable {
     /// Called after a stop was requested: ends a wait inside the loop early.
     private let wake: @Sendable () -> Void
 
+    /// `name` is what `top -H` and `perf` show for the thread. Linux keeps at most 15 bytes and
+    /// refuses a longer name outright: the thread would go by its creator's name instead.
     init(name: String, wake: @escaping @Sendable () -> Void = {}) {
+        precondition(name.utf8.count <= 15, "a thread name longer than Linux keeps: \(name)")
         self.name = name
         self.wake = wake
     }
@@ -78,11 +81,14 @@ final class PollThread: Sendable {
     }
 
     private func startThread(_ body: @escaping @Sendable () -> Void) {
+        let name = name
         let thread = Thread {
+            // Named from inside: Foundation on Linux does not pass a name set before the start
+            // on to the system thread, which then goes by its creator's (a global executor's).
+            Thread.current.name = name
             body()
             self.markStopped()
         }
-        thread.name = name
         thread.start()
     }
 
