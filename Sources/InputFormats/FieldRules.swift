@@ -7,8 +7,10 @@ import JSON
 enum FieldRules {
     static func validateVehicleId(_ id: String) throws(Rejection) {
         // Nearly every id is short printable ASCII: one pass over the bytes settles it.
+        // Over the contiguous bytes: `allSatisfy` on the `UTF8View` itself walks it generically.
         let utf8 = id.utf8
-        if utf8.count >= 1, utf8.count <= LocationEventDecoder.maximumVehicleIdLength, utf8.allSatisfy(isPlainIdByte) { return }
+        if utf8.count >= 1, utf8.count <= LocationEventDecoder.maximumVehicleIdLength,
+           utf8.withContiguousStorageIfAvailable({ $0.allSatisfy(isPlainIdByte) }) ?? utf8.allSatisfy(isPlainIdByte) { return }
         let length = id.unicodeScalars.count
         guard length >= 1, length <= LocationEventDecoder.maximumVehicleIdLength else {
             throw Rejection(reason: .badVehicleId, detail: "vehicle_id must be 1 to \(LocationEventDecoder.maximumVehicleIdLength) characters long, not \(length).")
