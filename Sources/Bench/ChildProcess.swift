@@ -53,16 +53,25 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    /// CPU seconds of the process's live threads so far, to the nanosecond (the sum of
-    /// /proc/<pid>/task/*/schedstat): exact over a window in which no thread ends, where
-    /// `cpuSeconds` counts 10 ms ticks.
-    var liveThreadsCPUSeconds: Double {
-        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return 0 }
-        return tasks.reduce(0) { sum, task in
+    /// CPU seconds of each live thread of the process so far, by thread id, to the nanosecond
+    /// (/proc/<pid>/task/*/schedstat), where `cpuSeconds` counts 10 ms ticks.
+    var liveThreadsCPUSeconds: [String: Double] {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return [:] }
+        var seconds: [String: Double] = [:]
+        for task in tasks {
             guard let schedstat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8),
-                  let nanoseconds = schedstat.split(separator: " ").first.flatMap({ Double($0) }) else { return sum }
-            return sum + nanoseconds / 1e9
+                  let nanoseconds = schedstat.split(separator: " ").first.flatMap({ Double($0) }) else { continue }
+            seconds[task] = nanoseconds / 1e9
         }
+        return seconds
+    }
+
+    /// The CPU seconds the process's threads spent since `earlier` (a `liveThreadsCPUSeconds`):
+    /// a thread started since counts whole. A thread that ended since is left out, with what it
+    /// spent in between; a plain difference of sums would subtract its whole life (a resting
+    /// relay whose idle executor thread exits read as negative CPU).
+    func threadsCPUSeconds(since earlier: [String: Double]) -> Double {
+        liveThreadsCPUSeconds.reduce(0) { sum, thread in sum + max(0, thread.value - (earlier[thread.key] ?? 0)) }
     }
 
     /// Peak resident memory in MB (VmHWM).

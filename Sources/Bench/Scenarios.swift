@@ -381,7 +381,7 @@ struct Scenarios {
     private func cpuAtRest(_ relay: ChildProcess) async throws -> Double {
         let (cpuAtStart, started) = (relay.liveThreadsCPUSeconds, ContinuousClock.now)
         try await Task.sleep(for: .seconds(10))
-        return (relay.liveThreadsCPUSeconds - cpuAtStart) / (ContinuousClock.now - started).seconds
+        return relay.threadsCPUSeconds(since: cpuAtStart) / (ContinuousClock.now - started).seconds
     }
 
     func delta(_ after: JSONValue, _ before: JSONValue, _ field: String) -> Double {
