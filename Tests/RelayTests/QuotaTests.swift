@@ -58,10 +58,18 @@ extension PipelineIntegrationTests {
             // A rate is measured over a stretch of time: 10 s in, for 10 s, as promised.
             try await Task.sleep(for: .seconds(10))
             let first = Count(harness.emulator)
-            try await Task.sleep(for: .seconds(10))
-            let (admitted, throttledShare) = Count(harness.emulator).since(first)
+            // Second by second as well, so that a shortfall shows when it happened and what the
+            // learnt rate was then.
+            var (seconds, previous) = ([String](), first)
+            for _ in 0..<10 {
+                try await Task.sleep(for: .seconds(1))
+                let (now, rate) = (Count(harness.emulator), try await metricValue("fleet_relay_learned_request_rate", port: metricsPort))
+                seconds.append("\(Int(now.since(previous).admittedPerSecond))@\(Int(rate))")
+                previous = now
+            }
+            let (admitted, throttledShare) = previous.since(first)
             let rate = try await metricValue("fleet_relay_learned_request_rate", port: metricsPort)
-            print("quota figures: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429, learnt rate \(Int(rate))/s")
+            print("quota figures: \(Int(admitted)) requests/s admitted of \(Int(Self.quota)), \(String(format: "%.1f", throttledShare * 100)) % refused with 429, learnt rate \(Int(rate))/s; admitted@learnt each second: \(seconds.joined(separator: " "))")
             #expect(admitted >= 0.9 * Self.quota, "\(admitted) requests/s admitted of a quota of \(Self.quota)")
             #expect(throttledShare <= 0.05, "\(throttledShare * 100) % of the requests were refused with 429")
             #expect(rate > 0 && rate < 2 * Self.quota, "paced at \(rate)/s")
