@@ -139,11 +139,14 @@ struct AdmittedRateMeter: Sendable {
         counts[sentSlot % counts.count] += count
     }
 
-    /// Admitted per second over the window up to `end`'s slot (over less when the meter is
-    /// younger than that; the oldest window kept when `end` is older).
+    /// Admitted per second over the window up to `end`'s slot (the oldest window kept when
+    /// `end` is older). When the meter was younger than a window at `end`, the window ends now
+    /// instead (over less than a window while the meter is younger than one): a refused request
+    /// sent at the start says nothing about a rate before it, and what came since is all there is.
     mutating func rate(before end: Moment, now: Moment) -> Double {
         advance(to: slot(at: now))
-        let last = max(min(slot(at: end), current), current - counts.count + Self.slotsPerWindow)
+        let endSlot = slot(at: end) < Self.slotsPerWindow - 1 ? current : min(slot(at: end), current)
+        let last = max(endSlot, current - counts.count + Self.slotsPerWindow)
         let first = max(0, last - Self.slotsPerWindow + 1)
         // Only the part of the current slot that has passed can have sent anything.
         let lastElapsed = last == current ? (now - origin) - slotLength * current : slotLength
