@@ -539,3 +539,10 @@ extension PartitionLedger {
         return anyFinished
     }
 }
+
+extension VehicleScheduler {
+    /// A fix queued at `now`, its `Moment` made here as the pipeline makes one per chunk.
+    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        enqueue(fix, now: now, moment: Moment(now))
+    }
+}

@@ -75,11 +75,11 @@ struct VehicleScheduler {
 
     /// Queues a fix in its vehicle's lane (made when new) and schedules the vehicle; returns a
     /// due time when it was deferred (the timer must hear of it). `moment` is `now` as a
-    /// `Moment` when the caller has one: converting an instant per fix costs 128-bit divisions.
-    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant, moment: Moment? = nil) -> ContinuousClock.Instant? {
+    /// `Moment`, made once per chunk: converting an instant per fix costs 128-bit divisions.
+    mutating func enqueue(_ fix: consuming PendingFix, now: ContinuousClock.Instant, moment: Moment) -> ContinuousClock.Instant? {
         let vehicle = fix.update.vehicle
         let lane = laneIndex(vehicle, now: now)
-        lanes.values[lane].takeIn(fix, at: moment ?? Moment(now))
+        lanes.values[lane].takeIn(fix, at: moment)
         return schedule(vehicle, at: lane, now: now)
     }
 
