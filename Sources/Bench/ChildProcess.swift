@@ -92,6 +92,13 @@ final class ChildProcess: @unchecked Sendable {  // Foundation's `Process` is no
         return await waitForExit()
     }
 
+    /// SIGKILL, then waits for the exit status: for a child that never ends on SIGTERM (kcat,
+    /// which inherits the spawning thread's blocked signals and so never sees it).
+    func kill() async -> Int32 {
+        if process.isRunning { Glibc.kill(pid, SIGKILL) }
+        return await waitForExit()
+    }
+
     func waitForExit() async -> Int32 {
         await withCheckedContinuation { continuation in
             let known = exit.withLock { exit -> Int32? in

@@ -290,6 +290,7 @@ struct Scenarios {
         let feeder = SteadyFeeder(environment: environment, topic: topic, vehicles: vehicles, rate: rate, idPrefix: idPrefix)
         let profiling = plan.profileName.flatMap { name in profiler.map { ($0, "\(name)-\(transport.rawValue)") } }
         var recording: Profiler.Recording?
+        var bareConsumer: Double?
         let (measured, fed) = try await feeder.feeding {
             try await Task.sleep(for: .seconds(5))  // one full round of the fleet before measuring
             await probes.resetLatency()
@@ -301,7 +302,7 @@ struct Scenarios {
             let measureStarted = ContinuousClock.now
             if let (profiler, name) = profiling { recording = try profiler.record(pid: relay.pid, name: name) }
             try await Task.sleep(for: .seconds(seconds))
-            return SteadyMeasurement(
+            let measurement = SteadyMeasurement(
                 elapsed: (ContinuousClock.now - measureStarted).seconds,
                 cpu: relay.cpuSeconds - cpuAtStart,
                 relayRequests: await probes.metric("fleet_relay_fleet_engine_requests_total", metricsPort: metricsPort) - requestsAtStart,
@@ -312,8 +313,18 @@ struct Scenarios {
                 atEnd: await probes.emulator(),
                 rss: relay.rssMegabytes,
                 peakRSS: relay.peakRSSMegabytes)
+            // After the relay's window, so that it does not share the cores with the relay's measurement.
+            if build == nil { bareConsumer = try await bareConsumerCPUPerEvent(topic: topic, feeder: feeder) }
+            return measurement
         }
         let totalProduced = fed + vehicles
+        if let bareConsumer {
+            // What reading the stream costs any librdkafka consumer at this pace, measured in the
+            // same run: the part of the relay's CPU per request that is Kafka's, not the relay's.
+            let relayPerRequest = measured.cpu / max(measured.relayRequests, 1)
+            report.add(section, "bare consumer (kcat) CPU per event at this stream's pace, same fetch wait", bareConsumer * 1e6, "µs",
+                       ratio: bareConsumer / relayPerRequest, of: "the relay's CPU per request")
+        }
         if let (profiler, _) = profiling, let recording {
             say("profile of the relay during the \(section) (perf's own cost included in this run's CPU figures):\n"
                 + (try await profiler.finish(recording)) + "\n(in \(profiler.directory)/\(recording.name).*)")
@@ -373,6 +384,26 @@ struct Scenarios {
             report.add("tokens", "events per token", Double(totalProduced) / max(minted, 1), "events/token")
         }
         return cpuPerRequest
+    }
+
+    /// CPU seconds per event of a bare librdkafka consumer (kcat) reading `topic` from its end
+    /// while the feeder keeps the stream going, with the relay's fetch wait: what taking the
+    /// stream's events out of Kafka costs a consumer at that pace (its fetches, wakeups and
+    /// librdkafka's threads), the part of a warm request's CPU the relay cannot cut.
+    func bareConsumerCPUPerEvent(topic: String, feeder: SteadyFeeder, seconds: Int = 10) async throws -> Double {
+        guard let kcat = which("kcat") else { throw BenchError("kcat is missing (make deps installs it)") }
+        let process = try ChildProcess(name: "kcat", executable: kcat, arguments: [
+            "-C", "-b", environment.cluster.bootstrapServers, "-t", topic, "-o", "end", "-q", "-f", "%o\n",
+            "-X", "fetch.wait.max.ms=\(KafkaConsumer.defaultProperties["fetch.wait.max.ms"] ?? "100")",
+        ], logPath: environment.workDirectory + "/kcat-steady.out")
+        try await Task.sleep(for: .seconds(2))  // its connections, metadata and first fetches left out
+        let cpuAtStart = process.liveThreadsCPUSeconds
+        let producedAtStart = feeder.produced
+        try await Task.sleep(for: .seconds(seconds))
+        let cpu = process.threadsCPUSeconds(since: cpuAtStart)
+        let events = feeder.produced - producedAtStart
+        _ = await process.kill()
+        return cpu / Double(max(events, 1))
     }
 
     /// CPU seconds per second of a relay with nothing to read or send, over ten seconds: its
