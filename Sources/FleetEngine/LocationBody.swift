@@ -123,7 +123,8 @@ private struct BodyWriter {
     /// shortest round-trip form (a device's plain decimals without searching for it).
     private mutating func number(_ value: Double) {
         precondition(value.isFinite, "JSON has no representation for \(value)")
-        if value == value.rounded(), abs(value) < 1e15 { return integer(Int64(value)) }
+        // Whole when truncation keeps it: two conversions, where `rounded()` calls libm's `round`.
+        if abs(value) < 1e15, Double(Int64(value)) == value { return integer(Int64(value)) }
         reserve(JSONDecimal.longestText)
         if let count = JSONDecimal.write(value, into: UnsafeMutableBufferPointer(rebasing: memory[written...])) {
             written += count
@@ -152,9 +153,10 @@ private struct BodyWriter {
     }
 
     mutating func raw(_ text: StaticString) {
-        reserve(text.utf8CodeUnitCount)
-        for index in 0..<text.utf8CodeUnitCount { memory[written + index] = text.utf8Start[index] }
-        written += text.utf8CodeUnitCount
+        let count = text.utf8CodeUnitCount
+        reserve(count)
+        UnsafeMutableRawPointer(memory.baseAddress! + written).copyMemory(from: text.utf8Start, byteCount: count)
+        written += count
     }
 
     mutating func byte(_ value: UInt8) {

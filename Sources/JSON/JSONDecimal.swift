@@ -24,9 +24,11 @@ public enum JSONDecimal {
     public static func write(_ value: Double, into output: UnsafeMutableBufferPointer<UInt8>) -> Int? {
         let magnitude = value.magnitude
         guard magnitude >= 1e-4, magnitude < 1e6 else { return nil }
-        let scaled = (magnitude * scale).rounded()
-        guard scaled / scale == magnitude else { return nil }
-        let units = UInt64(scaled)
+        // Rounded half up by adding a half and truncating, as `rounded()` would (without libm's
+        // `round`): the product lies in [10^5, 10^15), where its unit in the last place divides
+        // a half, so the sum is exact, or lands on the power of two `rounded()` gives too.
+        let units = UInt64(magnitude * scale + 0.5)
+        guard Double(units) / scale == magnitude else { return nil }
         let whole = units / 1_000_000_000
         var fraction = units % 1_000_000_000
         guard fraction != 0 else { return nil }
