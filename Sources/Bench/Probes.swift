@@ -154,7 +154,16 @@ private final class Inspectors: Sendable {
 
 /// CPU seconds (user and system) this process has used so far.
 func processCPUSeconds() -> Double {
+    cpuSeconds(RUSAGE_SELF.rawValue)
+}
+
+/// CPU seconds of the child processes that ended and were waited for so far.
+func childProcessesCPUSeconds() -> Double {
+    cpuSeconds(RUSAGE_CHILDREN.rawValue)
+}
+
+private func cpuSeconds(_ who: Int32) -> Double {
     var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
+    getrusage(who, &usage)
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
