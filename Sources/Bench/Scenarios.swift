@@ -43,15 +43,22 @@ struct Scenarios {
 
     // MARK: 1. Ceilings
 
-    /// Events per second a bare librdkafka consumer (kcat) reads from `topic`: the Kafka side's limit.
-    func consumeCeiling(topic: String, events: Int, report: inout Report) async throws -> Double {
+    /// A bare librdkafka consumer (kcat) reading `topic` from `offset` (`beginning`, `end`), each
+    /// record's offset a line in `output`.
+    private func bareConsumer(topic: String, offset: String, arguments: [String], output: String) throws -> ChildProcess {
         guard let kcat = which("kcat") else { throw BenchError("kcat is missing (make deps installs it)") }
+        return try ChildProcess(name: "kcat", executable: kcat, arguments: [
+            "-C", "-b", environment.cluster.bootstrapServers, "-t", topic, "-o", offset, "-q", "-f", "%o\n",
+        ] + arguments, logPath: output)
+    }
+
+    /// Events per second a bare librdkafka consumer (kcat) reads from `topic`, the Kafka side's
+    /// limit, and the CPU it spends per event doing so.
+    func consumeCeiling(topic: String, events: Int, report: inout Report) async throws -> Double {
         let output = environment.workDirectory + "/kcat.out"
         let childrenCPU = childProcessesCPUSeconds()
         let started = ContinuousClock.now
-        let process = try ChildProcess(name: "kcat", executable: kcat, arguments: [
-            "-C", "-b", environment.cluster.bootstrapServers, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%o\n",
-        ], logPath: output)
+        let process = try bareConsumer(topic: topic, offset: "beginning", arguments: ["-e"], output: output)
         let status = await process.waitForExit()
         let elapsed = (ContinuousClock.now - started).seconds
         let read = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n").count ?? 0
@@ -394,11 +401,10 @@ struct Scenarios {
     /// stream's events out of Kafka costs a consumer at that pace (its fetches, wakeups and
     /// librdkafka's threads), the part of a warm request's CPU the relay cannot cut.
     func bareConsumerCPUPerEvent(topic: String, feeder: SteadyFeeder, seconds: Int = 10) async throws -> Double {
-        guard let kcat = which("kcat") else { throw BenchError("kcat is missing (make deps installs it)") }
-        let process = try ChildProcess(name: "kcat", executable: kcat, arguments: [
-            "-C", "-b", environment.cluster.bootstrapServers, "-t", topic, "-o", "end", "-q", "-f", "%o\n",
-            "-X", "fetch.wait.max.ms=\(KafkaConsumer.defaultProperties["fetch.wait.max.ms"] ?? "100")",
-        ], logPath: environment.workDirectory + "/kcat-steady.out")
+        let process = try bareConsumer(
+            topic: topic, offset: "end",
+            arguments: ["-X", "fetch.wait.max.ms=\(KafkaConsumer.defaultProperties["fetch.wait.max.ms"] ?? "100")"],
+            output: environment.workDirectory + "/kcat-steady.out")
         try await Task.sleep(for: .seconds(2))  // its connections, metadata and first fetches left out
         let cpuAtStart = process.liveThreadsCPUSeconds
         let producedAtStart = feeder.produced

@@ -145,7 +145,8 @@ struct AdmittedRateMeter: Sendable {
     /// sent at the start says nothing about a rate before it, and what came since is all there is.
     mutating func rate(before end: Moment, now: Moment) -> Double {
         advance(to: slot(at: now))
-        let endSlot = slot(at: end) < Self.slotsPerWindow - 1 ? current : min(slot(at: end), current)
+        let sentSlot = slot(at: end)
+        let endSlot = sentSlot < Self.slotsPerWindow - 1 ? current : min(sentSlot, current)
         let last = max(endSlot, current - counts.count + Self.slotsPerWindow)
         let first = max(0, last - Self.slotsPerWindow + 1)
         // Only the part of the current slot that has passed can have sent anything.
