@@ -3,8 +3,8 @@ import Kafka
 /// The live relay's record feed: the consumer group's member, which hands over what it fetched
 /// and applies the pipeline's pause wish.
 extension KafkaConsumer: RecordFeed {
-    public func read(into take: @Sendable ([KafkaRecord]) async throws -> Void) async throws {
-        for await chunk in records { try await take(chunk) }
+    public func read(into take: @Sendable (consuming [KafkaRecord]) async throws -> Void) async throws {
+        for await chunk in records { try await take(consume chunk) }
     }
 
     public func applyPauseWish(_ wish: Set<TopicPartition>, sequence: UInt64) {

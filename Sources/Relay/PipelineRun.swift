@@ -11,8 +11,10 @@ public protocol RecordFeed: Sendable {
     /// What the feed runs beside the reading (the consumer's poll thread), until `close`.
     func run() async throws
     /// Hands each chunk read to `take`, one at a time, until the input ends or the task is
-    /// cancelled.
-    func read(into take: @Sendable ([KafkaRecord]) async throws -> Void) async throws
+    /// cancelled. The chunk is handed over, not lent: decoding moves each record's bytes into
+    /// what it becomes, which a chunk still held here would make a copy of the whole chunk
+    /// (a retain and a release per record's topic, key, value and headers).
+    func read(into take: @Sendable (consuming [KafkaRecord]) async throws -> Void) async throws
     /// The pipeline's pause wish, numbered: a feed applies a wish only when it is newer than the
     /// last it applied (wishes leave the state's lock and may arrive out of order).
     func applyPauseWish(_ wish: Set<TopicPartition>, sequence: UInt64)
@@ -161,9 +163,9 @@ public final class PipelineRun: Sendable {
         let (driver, decoding, health) = (self.driver, self.decoding, self.health)
         do {
             return .success(try await cancelWhenGracefulShutdown {
-                try await feed.read { chunk in
+                try await feed.read { (chunk: consuming [KafkaRecord]) in
                     health.recordRecordsConsumed()
-                    driver.consume(try await decoding.decode(chunk, waiting: driver.recordsWaitForSchemaRegistry))
+                    driver.consume(try await decoding.decode(consume chunk, waiting: driver.recordsWaitForSchemaRegistry))
                 }
                 return !Task.isCancelled
             })

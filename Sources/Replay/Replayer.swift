@@ -159,8 +159,8 @@ public final class Replayer: Service, Sendable {
     private func tallyWithoutSending(_ feed: WindowFeed, decoding: RecordDecoding) async throws -> DryRunTally? {
         let tally = Mutex(DryRunTally(pastLimit: configuration.pastLimit))
         let completed = try await cancelWhenGracefulShutdown {
-            try await feed.read { chunk in
-                let records = try await decoding.decode(chunk, waiting: { _ in })
+            try await feed.read { (chunk: consuming [KafkaRecord]) in
+                let records = try await decoding.decode(consume chunk, waiting: { _ in })
                 tally.withLock { tally in
                     for case .fix(let fix) in records { tally.add(fix.update) }
                 }

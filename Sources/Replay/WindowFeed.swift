@@ -53,7 +53,7 @@ final class WindowFeed: RecordFeed {
     /// Reads the window's records and hands them on in chunks, until every partition reached
     /// its window's end (or the task is cancelled). Waits while every partition it still reads
     /// is paused; fails when partitions with records left hand over nothing for `stallLimit`.
-    func read(into take: @Sendable ([KafkaRecord]) async throws -> Void) async throws {
+    func read(into take: @Sendable (consuming [KafkaRecord]) async throws -> Void) async throws {
         var remaining = Dictionary(uniqueKeysWithValues: windows.map { ($0.partition, $0.end) })
         guard !remaining.isEmpty else { return }
         var firstOffsets: [Int32: Int64] = [:]
@@ -86,7 +86,7 @@ final class WindowFeed: RecordFeed {
                 tally.withLock { $0.recordsRead += chunk.count }
                 progress.advance(by: chunk.count)
                 counters.recordsRead.increment(by: chunk.count)
-                try await take(chunk)
+                try await take(consume chunk)
                 lastProgress = .now  // the chunk may have waited for the registry: no stalled partition
             }
             for partition in reachedEnd { remaining[partition.partition] = nil }
