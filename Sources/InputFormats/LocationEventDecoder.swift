@@ -65,17 +65,21 @@ public struct LocationEventDecoder: Sendable {
         guard value.count <= Self.maximumValueBytes else {
             throw Rejection(reason: .tooLarge, detail: "The value is \(value.count) bytes; the limit is \(Self.maximumValueBytes).")
         }
-        let document: JSONParser.TopLevel
-        do {
-            document = try JSONParser.parseTopLevel(value, fields: EventFields.names)
-        } catch {
-            throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
+        return try withUnsafeTemporaryAllocation(of: JSONValue?.self, capacity: EventFields.names.count) { (values) throws(Rejection) -> LocationUpdate in
+            values.initialize(repeating: nil)
+            defer { values.deinitialize() }
+            let other: JSONValue?
+            do throws(JSONParseError) {
+                other = try JSONParser.parseTopLevel(value, fields: EventFields.names, into: values)
+            } catch {
+                throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
+            }
+            if let other { throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.") }
+            return try update(of: EventFields(UnsafeBufferPointer(values)), key: key)
         }
-        let event: EventFields
-        switch document {
-        case .object(let fields): event = EventFields(fields)
-        case .other(let other): throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.")
-        }
+    }
+
+    private func update(of event: EventFields, key: [UInt8]?) throws(Rejection) -> LocationUpdate {
         let vehicleId = try event.requiredString(.vehicleId)
         let latitude = try event.requiredNumber(.lat)
         let longitude = try event.requiredNumber(.lng)
@@ -96,11 +100,11 @@ public struct LocationEventDecoder: Sendable {
         if let name = try event.optionalString(.kind) { kind = try FieldRules.kind(name) }
         return LocationUpdate(vehicle: VehicleIdentity(kind: kind, id: vehicleId), fix: fix)
     }
-
 }
 
 /// Typed access to an event's fields; `null` counts as absent. The parser hands over the
-/// values of these fields alone, by position, the last of a repeated name counting.
+/// values of these fields alone, by position, the last of a repeated name counting, into
+/// memory the decoding of one record holds.
 private struct EventFields {
     enum Field: Int, CaseIterable {
         case vehicleId, lat, lng, recordedAt, heading, speed, accuracy, altitude, sensor, kind
@@ -123,9 +127,9 @@ private struct EventFields {
 
     static let names = JSONFieldNames(Field.allCases.map(\.name))
 
-    let values: [JSONValue?]
+    let values: UnsafeBufferPointer<JSONValue?>
 
-    init(_ values: [JSONValue?]) { self.values = values }
+    init(_ values: UnsafeBufferPointer<JSONValue?>) { self.values = values }
 
     private subscript(field: Field) -> JSONValue? {
         values[field.rawValue]

@@ -59,29 +59,27 @@ public struct JSONParser {
         }
     }
 
-    /// A document whose top level is an object, as the values of the fields asked for (by their
-    /// position in `JSONFieldNames`; nil when absent, the last of a repeated name counting, other
-    /// fields parsed and dropped), or any other value as it is. For records read field by field:
-    /// keys are matched as bytes, with no string made, and no dictionary is built or hashed.
-    public enum TopLevel {
-        case object([JSONValue?])
-        case other(JSONValue)
-    }
-
-    public static func parseTopLevel(_ bytes: [UInt8], fields: JSONFieldNames) throws(JSONParseError) -> TopLevel {
-        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> TopLevel in
+    /// A document whose top level is an object is read into `values`, a slot per field asked for
+    /// (by its position in `JSONFieldNames`; an absent field's slot is left as it was, the last
+    /// of a repeated name counts, other fields are parsed and dropped), and gives nil; any other
+    /// value is returned as it is. For records read field by field: keys are matched as bytes,
+    /// with no string made, no dictionary is built or hashed, and the values stay in the
+    /// caller's memory (a record's, on its stack: no array is allocated per record).
+    public static func parseTopLevel(_ bytes: [UInt8], fields: JSONFieldNames,
+                                     into values: UnsafeMutableBufferPointer<JSONValue?>) throws(JSONParseError) -> JSONValue? {
+        precondition(values.count == fields.count, "a slot per field")
+        return try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue? in
             var parser = JSONParser(buffer: buffer)
             parser.skipWhitespace()
             guard parser.position < buffer.count, buffer[parser.position] == UInt8(ascii: "{") else {
-                return .other(try parser.parseDocument())
+                return try parser.parseDocument()
             }
-            var values = [JSONValue?](repeating: nil, count: fields.count)
             try parser.parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseFieldIndex(in: fields) }) {
                 if let index = $0 { values[index] = $1 }
             }
             parser.skipWhitespace()
             if parser.position != buffer.count { throw parser.error("unexpected data after the JSON value") }
-            return .object(values)
+            return nil
         }
     }
 
@@ -334,21 +332,40 @@ public struct JSONParser {
 
     // MARK: Numbers
 
+    /// A number's value. A plain decimal (`-12.345`: no exponent, at most 15 digits) is read
+    /// in the same pass that checks its syntax, without strtod: its digits as an integer below
+    /// 2^53 and a power of ten up to 10^22 are both exact doubles, so their quotient is the
+    /// correctly rounded value, the same as strtod's (Clinger's fast path). Coordinates and
+    /// speeds in every event are such numbers; any other goes to strtod.
     mutating func parseNumber() throws(JSONParseError) -> Double {
         let start = position
-        _ = consume(UInt8(ascii: "-"))
+        let negative = consume(UInt8(ascii: "-"))
+        var digits: UInt64 = 0
+        var digitCount = 0
         if consume(UInt8(ascii: "0")) {
-            // A leading zero stands alone.
-        } else if !consumeDigits() {
+            digitCount = 1  // a leading zero stands alone
+        } else if !consumeDigits(into: &digits, count: &digitCount) {
             throw error("invalid number")
         }
-        if consume(UInt8(ascii: ".")), !consumeDigits() { throw error("invalid number") }
+        var fractionDigits = 0
+        if consume(UInt8(ascii: ".")) {
+            let integerDigits = digitCount
+            if !consumeDigits(into: &digits, count: &digitCount) { throw error("invalid number") }
+            fractionDigits = digitCount - integerDigits
+        }
+        var plain = true
         if consume(UInt8(ascii: "e")) || consume(UInt8(ascii: "E")) {
             if !consume(UInt8(ascii: "+")) { _ = consume(UInt8(ascii: "-")) }
-            if !consumeDigits() { throw error("invalid number") }
+            var exponent: UInt64 = 0
+            var exponentDigits = 0
+            if !consumeDigits(into: &exponent, count: &exponentDigits) { throw error("invalid number") }
+            plain = false
         }
-        let token = UnsafeBufferPointer(rebasing: buffer[start..<position])
-        return Self.exactDecimal(token) ?? Self.double(from: token)
+        guard plain, digitCount <= 15 else {
+            return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
+        }
+        let value = Double(digits) / Self.exactPowersOfTen[fractionDigits]
+        return negative ? -value : value
     }
 
     /// Powers of ten a double holds exactly.
@@ -356,41 +373,17 @@ public struct JSONParser {
         (0..<exponent).reduce(1.0) { power, _ in power * 10 }
     }
 
-    /// A plain decimal (`-12.345`: no exponent, at most 15 digits) without strtod: its digits
-    /// as an integer below 2^53 and a power of ten up to 10^22 are both exact doubles, so their
-    /// quotient is the correctly rounded value, the same as strtod's (Clinger's fast path).
-    /// Coordinates and speeds in every event are such numbers. Nil for any other token.
-    private static func exactDecimal(_ token: UnsafeBufferPointer<UInt8>) -> Double? {
-        var index = token.startIndex
-        let negative = token[index] == UInt8(ascii: "-")
-        if negative { index += 1 }
-        var digits: Int64 = 0
-        var digitCount = 0
-        var fractionDigits = 0
-        var inFraction = false
-        while index < token.endIndex {
-            let byte = token[index]
-            if byte == UInt8(ascii: ".") {
-                inFraction = true
-            } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
-                digits = digits * 10 + Int64(byte - UInt8(ascii: "0"))
-                digitCount += 1
-                if inFraction { fractionDigits += 1 }
-            } else {
-                return nil  // an exponent
-            }
-            guard digitCount <= 15 else { return nil }
-            index += 1
-        }
-        let value = Double(digits) / exactPowersOfTen[fractionDigits]
-        return negative ? -value : value
-    }
-
-    private mutating func consumeDigits() -> Bool {
+    /// Consumes a run of digits, adding them to `value` (wrapping: past 15 digits the value is
+    /// not used) and to `count`. False when there is none.
+    private mutating func consumeDigits(into value: inout UInt64, count: inout Int) -> Bool {
         let start = position
-        while position < buffer.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(buffer[position]) {
+        while position < buffer.count {
+            let digit = buffer[position] &- UInt8(ascii: "0")
+            guard digit < 10 else { break }
+            value = value &* 10 &+ UInt64(digit)
             position += 1
         }
+        count += position - start
         return position > start
     }
 
