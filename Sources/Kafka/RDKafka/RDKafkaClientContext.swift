@@ -9,8 +9,16 @@ package class RDKafkaClientContext: @unchecked Sendable {  // subclasses documen
     /// Commits under way and their answers (consumers only).
     let commitAnswers = CommitAnswers()
 
-    package init(logger: Logger) {
+    /// Internal: a package-visible initializer of this subclassed class gets an entry in its
+    /// vtable, which a subclass with initializers of its own (`ConsumerContext`) fills with a
+    /// thunk calling itself. Other modules take `plain(logger:)`.
+    init(logger: Logger) {
         self.logger = logger
+    }
+
+    /// A context with nothing beside the logger, for a client whose callbacks need no more.
+    package static func plain(logger: Logger) -> RDKafkaClientContext {
+        RDKafkaClientContext(logger: logger)
     }
 
     static func from(_ handle: OpaquePointer) -> RDKafkaClientContext? {

@@ -17,7 +17,7 @@ public final class KafkaMockCluster: Sendable {
 
     public init(brokers: Int = 3, logger: Logger = Logger(label: "kafka-mock")) throws(KafkaError) {
         self.host = try RDKafkaClient(.producer, configuration: KafkaConfiguration(["log_level": "3"]),
-                                      context: RDKafkaClientContext(logger: logger))
+                                      context: .plain(logger: logger))
         guard let pointer = rd_kafka_mock_cluster_new(host.handleForTesting, Int32(brokers)) else {
             throw KafkaError(.mockCluster, "cannot create a mock Kafka cluster")
         }
