@@ -356,7 +356,7 @@ public final class TokenCache: Sendable {
                 return (Self.takeWaiters(key, from: &state), nil)
             }
         }
-        guard var (waiters, warning) = ended else { return }
+        guard case (var waiters, let warning)? = ended else { return }
         if let warning { warn(warning) }
         switch result {
         case .success(let token): waiters.resumeAll(.value(token))
