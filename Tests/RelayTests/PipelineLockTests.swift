@@ -37,14 +37,14 @@ import Testing
             for _ in 0..<4 {
                 group.addTask {
                     while let request = await pipeline.nextRequest(whenReady: { _ in }) {
-                        pipeline.handle { $0.complete(request, Delivery(outcome: .accepted), now: .now) }
+                        _ = pipeline.handle { $0.complete(request, Delivery(outcome: .accepted), now: .now) }
                     }
                 }
             }
             var offset: Int64 = 0
             for _ in 0..<20 {
                 for _ in 0..<40 {
-                    pipeline.handle { $0.consume([Self.fix(offset: offset)], now: .now) }
+                    _ = pipeline.handle { $0.consume([Self.fix(offset: offset)], now: .now) }
                     offset += 1
                 }
                 try? await eventually("every record finished", timeout: .seconds(30)) {
