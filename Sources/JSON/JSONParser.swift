@@ -353,15 +353,13 @@ public struct JSONParser {
             if !consumeDigits(into: &digits, count: &digitCount) { throw error("invalid number") }
             fractionDigits = digitCount - integerDigits
         }
-        var plain = true
         if consume(UInt8(ascii: "e")) || consume(UInt8(ascii: "E")) {
             if !consume(UInt8(ascii: "+")) { _ = consume(UInt8(ascii: "-")) }
-            var exponent: UInt64 = 0
-            var exponentDigits = 0
-            if !consumeDigits(into: &exponent, count: &exponentDigits) { throw error("invalid number") }
-            plain = false
+            var exponent: UInt64 = 0  // checked for digits only: strtod reads the number
+            if !consumeDigits(into: &exponent, count: &digitCount) { throw error("invalid number") }
+            return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
         }
-        guard plain, digitCount <= 15 else {
+        guard digitCount <= 15 else {
             return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
         }
         let value = Double(digits) / Self.exactPowersOfTen[fractionDigits]
