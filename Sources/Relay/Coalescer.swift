@@ -4,12 +4,36 @@ import InputFormats
 import Kafka
 
 /// One request's worth of a vehicle's fixes.
+///
+/// What a request carries is fixed when it is made and held once, in `Content`; the request
+/// itself is that reference and the few fields the state machine changes along the way. A
+/// request is copied several times between the vehicle's lane and its worker (into the
+/// actions, out of them, into the worker's slot): held inline, each copy moved 320 bytes and
+/// retained every string and array of its fixes again, and the requests of a chunk handed out
+/// at once grew their array through blocks of kilobytes.
 public struct CoalescedRequest: Sendable {
-    public let update: VehicleLocationUpdate
+    /// The fixed part of a request, shared by its copies.
+    private final class Content: Sendable {
+        let update: VehicleLocationUpdate
+        let newest: PendingFix
+        let carried: [PendingFix]
+        let partitions: [PartitionGeneration]
+
+        init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix], partitions: [PartitionGeneration]) {
+            self.update = update
+            self.newest = newest
+            self.carried = carried
+            self.partitions = partitions
+        }
+    }
+
+    private let content: Content
+
+    public var update: VehicleLocationUpdate { content.update }
     /// The record sent as `lastLocation`.
-    public let newest: PendingFix
+    public var newest: PendingFix { content.newest }
     /// Records sent in `pastLocations`, oldest first: settled with the request's outcome.
-    public let carried: [PendingFix]
+    public var carried: [PendingFix] { content.carried }
     /// Set when Fleet Engine's live location must be read first (first request for the
     /// vehicle since startup or a partition reassignment): the assignment epoch checked.
     public internal(set) var liveCheckEpoch: UInt64?
@@ -42,9 +66,9 @@ public struct CoalescedRequest: Sendable {
     public var requestsAtMost: Int { liveCheckEpoch == nil ? 1 : 2 }
 
     /// Every record the request settles: the newest fix's, then those carried.
-    public var sources: Sources { Sources(newest: newest, carried: carried) }
+    public var sources: Sources { Sources(newest: content.newest, carried: content.carried) }
     /// The partitions (and their assignment generations) whose records the request settles.
-    public let partitions: [PartitionGeneration]
+    public var partitions: [PartitionGeneration] { content.partitions }
 
     /// The request's records read through its fixes, not kept apart: a second array of them
     /// retained every record's topic and bytes once more, and released them again.
@@ -66,16 +90,13 @@ public struct CoalescedRequest: Sendable {
     }
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
-        self.update = update
-        self.newest = newest
-        self.carried = carried
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
         // per request. Each source is lent to the scan by index, not copied into a closure.
         var partitions = [PartitionGeneration(newest.source.topicPartition, newest.source.generation)]
         for index in carried.indices where Self.position(of: carried[index].source, in: partitions) == nil {
             partitions.append(PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
         }
-        self.partitions = partitions
+        content = Content(update: update, newest: newest, carried: carried, partitions: partitions)
     }
 
     private static func position(of source: borrowing RecordSource, in partitions: [PartitionGeneration]) -> Int? {
@@ -88,7 +109,8 @@ public struct CoalescedRequest: Sendable {
     /// released), and one read through `sources`, an accessor coroutine, allocates the
     /// coroutine's frame at each read the optimizer does not inline.
     func forEachRecordOffset(_ body: (_ partition: Int, _ offset: Int64) -> Void) {
-        body(0, newest.source.offset)  // the newest fix's partition comes first
+        let (carried, partitions) = (content.carried, content.partitions)
+        body(0, content.newest.source.offset)  // the newest fix's partition comes first
         for index in carried.indices {
             // One partition nearly always: no comparison needed then.
             let partition = partitions.count == 1 ? 0 : Self.position(of: carried[index].source, in: partitions)
