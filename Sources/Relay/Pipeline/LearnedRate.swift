@@ -125,8 +125,12 @@ struct AdmittedRateMeter: Sendable {
     /// The newest slot (counted from `origin`) counts may fall in: the one `now` lies in.
     private var current = 0
 
+    /// `slotLength` in nanoseconds: every answer finds its slot, in integers.
+    private let slotNanoseconds: Int64
+
     init(window: Duration, history: Duration, now: Moment) {
         slotLength = window / Self.slotsPerWindow
+        slotNanoseconds = max(1, Moment.nanoseconds(of: slotLength))
         origin = now
         counts = Array(repeating: 0, count: Self.slotsPerWindow + max(1, Int(history / slotLength)))
     }
@@ -156,7 +160,7 @@ struct AdmittedRateMeter: Sendable {
         return span > 0 ? Double(sent) / span : 0
     }
 
-    private func slot(at moment: Moment) -> Int { max(0, Int((moment - origin) / slotLength)) }
+    private func slot(at moment: Moment) -> Int { max(0, Int(moment.nanoseconds(since: origin) / slotNanoseconds)) }
 
     private mutating func advance(to slot: Int) {
         guard slot > current else { return }

@@ -6,8 +6,7 @@ struct Moment: Comparable {
     private let nanoseconds: Int64
 
     init(_ instant: ContinuousClock.Instant) {
-        let (seconds, attoseconds) = (instant - Self.origin).components
-        nanoseconds = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        nanoseconds = Self.nanoseconds(of: instant - Self.origin)
     }
 
     var instant: ContinuousClock.Instant { Self.origin + .nanoseconds(nanoseconds) }
@@ -15,6 +14,20 @@ struct Moment: Comparable {
     static func < (earlier: Moment, later: Moment) -> Bool { earlier.nanoseconds < later.nanoseconds }
 
     static func - (later: Moment, earlier: Moment) -> Duration { .nanoseconds(later.nanoseconds - earlier.nanoseconds) }
+
+    /// Whole nanoseconds since `earlier`, for counting in integers what a `Duration` would
+    /// divide as 128-bit values through a `Double`.
+    func nanoseconds(since earlier: Moment) -> Int64 { nanoseconds - earlier.nanoseconds }
+
+    func advanced(byNanoseconds interval: Int64) -> Moment { Moment(nanoseconds: nanoseconds + interval) }
+
+    private init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
+
+    /// A duration in whole nanoseconds (worked out once where a `Moment` is advanced by it often).
+    static func nanoseconds(of duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
 }
 
 /// An optional instant kept as a `Moment`, for the pipeline's state structs: holding a
@@ -31,5 +44,11 @@ struct StoredAsMoment {
     var wrappedValue: ContinuousClock.Instant? {
         get { moment?.instant }
         set { moment = newValue.map(Moment.init) }
+    }
+
+    /// The `Moment` itself (`$name`), for arithmetic that needs no instant.
+    var projectedValue: Moment? {
+        get { moment }
+        set { moment = newValue }
     }
 }

@@ -12,6 +12,8 @@ struct PartitionLedger {
     static var commitAnswerLimit: Duration { PipelineLimits.commitAnswerLimit }
 
     let commitInterval: Duration
+    /// `commitInterval` in nanoseconds: every answer schedules a commit, in `Moment`s.
+    private let commitIntervalNanoseconds: Int64
     let maximumPendingRecords: Int
     /// Unfinished records from which a burst (a cold start, a backlog) counts.
     let burstRecords: Int
@@ -48,6 +50,7 @@ struct PartitionLedger {
 
     init(commitInterval: Duration, maximumPendingRecords: Int, burstRecords: Int) {
         self.commitInterval = commitInterval
+        self.commitIntervalNanoseconds = Moment.nanoseconds(of: commitInterval)
         self.maximumPendingRecords = maximumPendingRecords
         self.burstRecords = burstRecords
     }
@@ -269,12 +272,18 @@ struct PartitionLedger {
     /// when that is past, or when the relay caught up after a burst), unless one is due sooner
     /// already. Returns the due time when the timer must hear of it (no commit awaits its answer).
     mutating func scheduleCommit(now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        let caughtUp = caughtUpAfterBurst(now: now)
-        let due = caughtUp ? now : lastCommitOrderedAt.map { max(now, $0 + commitInterval) } ?? now
-        if caughtUp, burstSinceCaughtUp { caughtUpAfterBurstAt = now }
+        scheduleCommit(at: Moment(now))?.instant
+    }
+
+    /// `scheduleCommit` in `Moment`s, as the times are stored: each request's answer comes
+    /// here, and turning stored moments into instants and back took 128-bit arithmetic each.
+    private mutating func scheduleCommit(at now: Moment) -> Moment? {
+        let caughtUp = caughtUpAfterBurst(at: now)
+        let due = caughtUp ? now : $lastCommitOrderedAt.map { max(now, $0.advanced(byNanoseconds: commitIntervalNanoseconds)) } ?? now
+        if caughtUp, burstSinceCaughtUp { $caughtUpAfterBurstAt = now }
         if unfinishedRecords == 0 { burstSinceCaughtUp = false }
-        if let scheduled = commitDue, scheduled <= due { return nil }
-        commitDue = due
+        if let scheduled = $commitDue, scheduled <= due { return nil }
+        $commitDue = due
         return commitUnderWay == nil ? due : nil
     }
 
@@ -287,10 +296,10 @@ struct PartitionLedger {
     /// - For one interval after catching up so, catching up again counts too: the relay may work
     ///   off what fetching delivered before the backlog's tail arrived, and that tail, less than a
     ///   burst, would otherwise wait up to a whole interval after the relay caught up for good.
-    private func caughtUpAfterBurst(now: ContinuousClock.Instant) -> Bool {
+    private func caughtUpAfterBurst(at now: Moment) -> Bool {
         guard unfinishedRecords == 0 else { return false }
         if burstSinceCaughtUp || uncommittedRecords >= Int64(burstRecords) { return true }
-        return caughtUpAfterBurstAt.map { now < $0 + commitInterval } ?? false
+        return $caughtUpAfterBurstAt.map { now < $0.advanced(byNanoseconds: commitIntervalNanoseconds) } ?? false
     }
 
     /// Orders a commit when one is due and none is awaited; a commit unanswered for
