@@ -44,6 +44,14 @@ public struct TopicPartition: Hashable, Sendable, CustomStringConvertible, Compa
 
     public var description: String { "\(topic)/\(partition)" }
 
+    /// The partition number alone: a relay reads one topic or a few, so partitions of
+    /// different topics sharing a hash cost a comparison now and then, where hashing the topic's
+    /// text cost every lookup a pass over it (the pipeline looks partitions up several times
+    /// per record and per request). Equal values still hash alike.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(partition)
+    }
+
     public static func < (lhs: TopicPartition, rhs: TopicPartition) -> Bool {
         (lhs.topic, lhs.partition) < (rhs.topic, rhs.partition)
     }
