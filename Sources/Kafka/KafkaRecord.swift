@@ -44,10 +44,11 @@ public struct TopicPartition: Hashable, Sendable, CustomStringConvertible, Compa
 
     public var description: String { "\(topic)/\(partition)" }
 
-    /// The partition number alone: a relay reads one topic or a few, so partitions of
-    /// different topics sharing a hash cost a comparison now and then, where hashing the topic's
-    /// text cost every lookup a pass over it (the pipeline looks partitions up several times
-    /// per record and per request). Equal values still hash alike.
+    /// The partition number alone: the relay and the replay each read one topic, so the
+    /// partitions a process keeps books of never share a hash, where hashing the topic's text
+    /// cost every lookup a pass over it (the pipeline looks partitions up several times per
+    /// record and per request). Partitions of two topics with the same number share a hash and
+    /// are told apart by comparison; equal values still hash alike.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(partition)
     }
