@@ -355,8 +355,9 @@ public struct JSONParser {
         }
         if consume(UInt8(ascii: "e")) || consume(UInt8(ascii: "E")) {
             if !consume(UInt8(ascii: "+")) { _ = consume(UInt8(ascii: "-")) }
-            var exponent: UInt64 = 0  // checked for digits only: strtod reads the number
-            if !consumeDigits(into: &exponent, count: &digitCount) { throw error("invalid number") }
+            // Its digits are only checked: strtod reads the number.
+            var (exponent, exponentDigits): (UInt64, Int) = (0, 0)
+            if !consumeDigits(into: &exponent, count: &exponentDigits) { throw error("invalid number") }
             return Self.double(from: UnsafeBufferPointer(rebasing: buffer[start..<position]))
         }
         guard digitCount <= 15 else {

@@ -162,8 +162,10 @@ public final class RelayStatistics: Sendable {
 }
 
 extension Duration {
+    /// Whole nanoseconds, from one read of the components (each read divides 128 bits).
     var nanoseconds: Int64 {
-        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 
     var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }

@@ -130,7 +130,7 @@ struct AdmittedRateMeter: Sendable {
 
     init(window: Duration, history: Duration, now: Moment) {
         slotLength = window / Self.slotsPerWindow
-        slotNanoseconds = max(1, Moment.nanoseconds(of: slotLength))
+        slotNanoseconds = max(1, slotLength.nanoseconds)
         origin = now
         counts = Array(repeating: 0, count: Self.slotsPerWindow + max(1, Int(history / slotLength)))
     }

@@ -6,7 +6,7 @@ struct Moment: Comparable {
     private let nanoseconds: Int64
 
     init(_ instant: ContinuousClock.Instant) {
-        nanoseconds = Self.nanoseconds(of: instant - Self.origin)
+        nanoseconds = (instant - Self.origin).nanoseconds
     }
 
     var instant: ContinuousClock.Instant { Self.origin + .nanoseconds(nanoseconds) }
@@ -22,12 +22,6 @@ struct Moment: Comparable {
     func advanced(byNanoseconds interval: Int64) -> Moment { Moment(nanoseconds: nanoseconds + interval) }
 
     private init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
-
-    /// A duration in whole nanoseconds (worked out once where a `Moment` is advanced by it often).
-    static func nanoseconds(of duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-    }
 }
 
 /// An optional instant kept as a `Moment`, for the pipeline's state structs: holding a

@@ -50,7 +50,7 @@ struct PartitionLedger {
 
     init(commitInterval: Duration, maximumPendingRecords: Int, burstRecords: Int) {
         self.commitInterval = commitInterval
-        self.commitIntervalNanoseconds = Moment.nanoseconds(of: commitInterval)
+        self.commitIntervalNanoseconds = commitInterval.nanoseconds
         self.maximumPendingRecords = maximumPendingRecords
         self.burstRecords = burstRecords
     }
