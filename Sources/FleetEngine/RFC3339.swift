@@ -8,7 +8,8 @@ public enum RFC3339 {
         return text.withUTF8 { parseMilliseconds(utf8: $0) }
     }
 
-    private static func parseMilliseconds(utf8 text: UnsafeBufferPointer<UInt8>) -> Int64? {
+    /// As `parseMilliseconds(_:)`, over the text's UTF-8 in place.
+    public static func parseMilliseconds(utf8 text: UnsafeBufferPointer<UInt8>) -> Int64? {
         guard text.count >= 20 else { return nil }
         // RFC 3339 permits lower-case 't' and 'z'; the upper-case forms are read alike.
         let utf8 = UpperCasedDesignators(text)

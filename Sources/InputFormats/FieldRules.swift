@@ -36,22 +36,31 @@ enum FieldRules {
     }
 
     static func timestamp(_ value: JSONValue, nowMilliseconds now: Int64) throws(Rejection) -> Int64 {
-        let milliseconds: Int64
         switch value {
-        case .string(let text):
-            guard let parsed = RFC3339.parseMilliseconds(text) else {
-                throw Rejection(reason: .badTimestamp, detail: "recorded_at \(JSONText.quoted(text)) is not an RFC 3339 timestamp with offset.")
-            }
-            milliseconds = parsed
-        case .number(let number):
-            guard number.isFinite, number >= 0, number == number.rounded(), number < 1e15 else {
-                throw Rejection(reason: .badTimestamp, detail: "recorded_at must be whole epoch milliseconds.")
-            }
-            milliseconds = Int64(number)
-        default:
-            throw Rejection(reason: .wrongType, detail: "recorded_at must be a string or a number, not \(value.typeName).")
+        case .string(let text): try timestamp(rfc3339: RFC3339.parseMilliseconds(text), text: text, nowMilliseconds: now)
+        case .number(let number): try timestamp(epochMilliseconds: number, nowMilliseconds: now)
+        default: throw wrongTimestampType(value.typeName)
         }
-        return try notInFuture(milliseconds, nowMilliseconds: now)
+    }
+
+    /// A time given as text, `parsed` as RFC 3339 (nil: it is none); `text` only names it in the error.
+    static func timestamp(rfc3339 parsed: Int64?, text: @autoclosure () -> String, nowMilliseconds now: Int64) throws(Rejection) -> Int64 {
+        guard let parsed else {
+            throw Rejection(reason: .badTimestamp, detail: "recorded_at \(JSONText.quoted(text())) is not an RFC 3339 timestamp with offset.")
+        }
+        return try notInFuture(parsed, nowMilliseconds: now)
+    }
+
+    /// A time given as a number: whole milliseconds since the epoch.
+    static func timestamp(epochMilliseconds number: Double, nowMilliseconds now: Int64) throws(Rejection) -> Int64 {
+        guard number.isFinite, number >= 0, number == number.rounded(), number < 1e15 else {
+            throw Rejection(reason: .badTimestamp, detail: "recorded_at must be whole epoch milliseconds.")
+        }
+        return try notInFuture(Int64(number), nowMilliseconds: now)
+    }
+
+    static func wrongTimestampType(_ typeName: String) -> Rejection {
+        Rejection(reason: .wrongType, detail: "recorded_at must be a string or a number, not \(typeName).")
     }
 
     /// A fix time at most 5 minutes ahead of the relay's clock.

@@ -65,17 +65,18 @@ public struct LocationEventDecoder: Sendable {
         guard value.count <= Self.maximumValueBytes else {
             throw Rejection(reason: .tooLarge, detail: "The value is \(value.count) bytes; the limit is \(Self.maximumValueBytes).")
         }
-        return try withUnsafeTemporaryAllocation(of: JSONValue?.self, capacity: EventFields.names.count) { (values) throws(Rejection) -> LocationUpdate in
-            values.initialize(repeating: nil)
-            defer { values.deinitialize() }
-            let other: JSONValue?
-            do throws(JSONParseError) {
-                other = try JSONParser.parseTopLevel(value, fields: EventFields.names, into: values)
-            } catch {
-                throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
+        return try value.withUnsafeBufferPointer { (value) throws(Rejection) -> LocationUpdate in
+            try withUnsafeTemporaryAllocation(of: JSONField?.self, capacity: EventFields.names.count) { (values) throws(Rejection) -> LocationUpdate in
+                values.initialize(repeating: nil)  // `JSONField` holds no reference: nothing to deinitialize
+                let other: JSONValue?
+                do throws(JSONParseError) {
+                    other = try JSONParser.parseTopLevel(value, fields: EventFields.names, into: values)
+                } catch {
+                    throw Rejection(reason: .notJSON, detail: "The value is not JSON: \(error.message) at byte \(error.offset).")
+                }
+                if let other { throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.") }
+                return try update(of: EventFields(UnsafeBufferPointer(values), in: value), key: key)
             }
-            if let other { throw Rejection(reason: .notObject, detail: "The value is a JSON \(other.typeName), not an object.") }
-            return try update(of: EventFields(UnsafeBufferPointer(values)), key: key)
         }
     }
 
@@ -83,14 +84,13 @@ public struct LocationEventDecoder: Sendable {
         let vehicleId = try event.requiredString(.vehicleId)
         let latitude = try event.requiredNumber(.lat)
         let longitude = try event.requiredNumber(.lng)
-        let recordedAt = try event.required(.recordedAt)
         try FieldRules.validateVehicleId(vehicleId)
         if let key, !key.isUTF8(of: vehicleId) {
             throw Rejection(reason: .keyMismatch, detail: "The record key \(FieldRules.printable(key)) differs from vehicle_id \(JSONText.quoted(vehicleId)).")
         }
         try FieldRules.check(latitude, in: -90...90, field: EventFields.Field.lat.name)
         try FieldRules.check(longitude, in: -180...180, field: EventFields.Field.lng.name)
-        var fix = LocationFix(latitude: latitude, longitude: longitude, recordedAtMilliseconds: try FieldRules.timestamp(recordedAt, nowMilliseconds: nowMilliseconds()))
+        var fix = LocationFix(latitude: latitude, longitude: longitude, recordedAtMilliseconds: try event.timestamp(.recordedAt, nowMilliseconds: nowMilliseconds()))
         if let heading = try event.optionalNumber(.heading) { fix.heading = try FieldRules.heading(heading) }
         if let speed = try event.optionalNumber(.speed) { fix.speedMetersPerSecond = try FieldRules.nonNegative(speed, field: EventFields.Field.speed.name) }
         if let accuracy = try event.optionalNumber(.accuracy) { fix.accuracyMeters = try FieldRules.nonNegative(accuracy, field: EventFields.Field.accuracy.name) }
@@ -104,7 +104,8 @@ public struct LocationEventDecoder: Sendable {
 
 /// Typed access to an event's fields; `null` counts as absent. The parser hands over the
 /// values of these fields alone, by position, the last of a repeated name counting, into
-/// memory the decoding of one record holds.
+/// memory the decoding of one record holds; strings are made from the record's bytes only
+/// when read, and a time given as text is read from them in place.
 private struct EventFields {
     enum Field: Int, CaseIterable {
         case vehicleId, lat, lng, recordedAt, heading, speed, accuracy, altitude, sensor, kind
@@ -127,15 +128,20 @@ private struct EventFields {
 
     static let names = JSONFieldNames(Field.allCases.map(\.name))
 
-    let values: UnsafeBufferPointer<JSONValue?>
+    let values: UnsafeBufferPointer<JSONField?>
+    /// The record's value, where the strings lie.
+    let input: UnsafeBufferPointer<UInt8>
 
-    init(_ values: UnsafeBufferPointer<JSONValue?>) { self.values = values }
+    init(_ values: UnsafeBufferPointer<JSONField?>, in input: UnsafeBufferPointer<UInt8>) {
+        self.values = values
+        self.input = input
+    }
 
-    private subscript(field: Field) -> JSONValue? {
+    private subscript(field: Field) -> JSONField? {
         values[field.rawValue]
     }
 
-    func required(_ field: Field) throws(Rejection) -> JSONValue {
+    func required(_ field: Field) throws(Rejection) -> JSONField {
         guard let value = self[field], value != .null else {
             throw Rejection(reason: .missingField, detail: "Required field \(field.name) is missing.")
         }
@@ -144,8 +150,8 @@ private struct EventFields {
 
     func requiredString(_ field: Field) throws(Rejection) -> String {
         let value = try required(field)
-        guard case .string(let text) = value else { throw wrongType(field, "a string", value) }
-        return text
+        guard case .string(let place) = value else { throw wrongType(field, "a string", value) }
+        return JSONParser.text(of: place, in: input)
     }
 
     func requiredNumber(_ field: Field) throws(Rejection) -> Double {
@@ -162,11 +168,25 @@ private struct EventFields {
 
     func optionalString(_ field: Field) throws(Rejection) -> String? {
         guard let value = self[field], value != .null else { return nil }
-        guard case .string(let text) = value else { throw wrongType(field, "a string", value) }
-        return text
+        guard case .string(let place) = value else { throw wrongType(field, "a string", value) }
+        return JSONParser.text(of: place, in: input)
     }
 
-    private func wrongType(_ field: Field, _ expected: String, _ value: JSONValue) -> Rejection {
+    /// A required time: RFC 3339 text (read in place unless it has escapes) or epoch milliseconds.
+    func timestamp(_ field: Field, nowMilliseconds now: Int64) throws(Rejection) -> Int64 {
+        switch try required(field) {
+        case .string(let place):
+            let parsed = place.escaped ? RFC3339.parseMilliseconds(JSONParser.text(of: place, in: input))
+                : RFC3339.parseMilliseconds(utf8: UnsafeBufferPointer(rebasing: input[place.bytes]))
+            return try FieldRules.timestamp(rfc3339: parsed, text: JSONParser.text(of: place, in: input), nowMilliseconds: now)
+        case .number(let number):
+            return try FieldRules.timestamp(epochMilliseconds: number, nowMilliseconds: now)
+        case let other:
+            throw FieldRules.wrongTimestampType(other.typeName)
+        }
+    }
+
+    private func wrongType(_ field: Field, _ expected: String, _ value: JSONField) -> Rejection {
         Rejection(reason: .wrongType, detail: "\(field.name) must be \(expected), not \(value.typeName).")
     }
 }

@@ -63,24 +63,33 @@ public struct JSONParser {
     /// (by its position in `JSONFieldNames`; an absent field's slot is left as it was, the last
     /// of a repeated name counts, other fields are parsed and dropped), and gives nil; any other
     /// value is returned as it is. For records read field by field: keys are matched as bytes,
-    /// with no string made, no dictionary is built or hashed, and the values stay in the
-    /// caller's memory (a record's, on its stack: no array is allocated per record).
-    public static func parseTopLevel(_ bytes: [UInt8], fields: JSONFieldNames,
-                                     into values: UnsafeMutableBufferPointer<JSONValue?>) throws(JSONParseError) -> JSONValue? {
+    /// with no string made, no dictionary is built or hashed, and a field's value is a
+    /// `JSONField`, which points into `bytes` rather than holding a copy: nothing is allocated
+    /// or released per field (the caller's slots are on its stack).
+    public static func parseTopLevel(_ bytes: UnsafeBufferPointer<UInt8>, fields: JSONFieldNames,
+                                     into values: UnsafeMutableBufferPointer<JSONField?>) throws(JSONParseError) -> JSONValue? {
         precondition(values.count == fields.count, "a slot per field")
-        return try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue? in
-            var parser = JSONParser(buffer: buffer)
-            parser.skipWhitespace()
-            guard parser.position < buffer.count, buffer[parser.position] == UInt8(ascii: "{") else {
-                return try parser.parseDocument()
-            }
-            try parser.parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseFieldIndex(in: fields) }) {
-                if let index = $0 { values[index] = $1 }
-            }
-            parser.skipWhitespace()
-            if parser.position != buffer.count { throw parser.error("unexpected data after the JSON value") }
-            return nil
+        var parser = JSONParser(buffer: bytes)
+        parser.skipWhitespace()
+        guard parser.position < bytes.count, bytes[parser.position] == UInt8(ascii: "{") else {
+            return try parser.parseDocument()
         }
+        try parser.parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseFieldIndex(in: fields) },
+                                value: { (parser) throws(JSONParseError) in try parser.parseField() }) {
+            if let index = $0 { values[index] = $1 }
+        }
+        parser.skipWhitespace()
+        if parser.position != bytes.count { throw parser.error("unexpected data after the JSON value") }
+        return nil
+    }
+
+    /// The text of a string `parseTopLevel` found in `bytes`.
+    public static func text(of string: JSONField.StringPlace, in bytes: UnsafeBufferPointer<UInt8>) -> String {
+        guard string.escaped else { return String(decoding: UnsafeBufferPointer(rebasing: bytes[string.bytes]), as: UTF8.self) }
+        var parser = JSONParser(buffer: bytes)
+        parser.position = string.bytes.lowerBound - 1
+        // Parsed once already: it cannot fail now.
+        return (try? parser.parseString()) ?? ""
     }
 
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
@@ -130,6 +139,21 @@ public struct JSONParser {
         }
     }
 
+    /// A value as a record's field: a number read, a string's place, the kind of anything else
+    /// (parsed strictly, then dropped).
+    mutating func parseField() throws(JSONParseError) -> JSONField {
+        guard position < buffer.count else { throw error("unexpected end of input") }
+        switch buffer[position] {
+        case UInt8(ascii: "\""): return .string(try parseStringPlace())
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): _ = try parseValue(); return .bool
+        case UInt8(ascii: "["): _ = try parseValue(); return .array
+        case UInt8(ascii: "{"): _ = try parseValue(); return .object
+        default: throw error("unexpected character")
+        }
+    }
+
     private mutating func expectLiteral(_ literal: StaticString) throws(JSONParseError) {
         let count = literal.utf8CodeUnitCount
         guard position + count <= buffer.count else { throw error("unexpected end of input") }
@@ -149,14 +173,17 @@ public struct JSONParser {
     private mutating func parseObject() throws(JSONParseError) -> JSONValue {
         // Room for an event's fields at once: growing from empty rehashes three times.
         var members = [String: JSONValue](minimumCapacity: 12)
-        try parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseString() }) { members[$0] = $1 }
+        try parseMembers(key: { (parser) throws(JSONParseError) in try parser.parseString() },
+                         value: { (parser) throws(JSONParseError) in try parser.parseValue() }) { members[$0] = $1 }
         return .object(members)
     }
 
-    /// An object's members, each handed to `take` in order with its key as `parseKey` reads it.
-    @inline(__always)  // specialized for its key reader: through a closure context an event took a quarter longer
-    private mutating func parseMembers<Key>(key parseKey: (inout JSONParser) throws(JSONParseError) -> Key,
-                                            _ take: (Key, JSONValue) -> Void) throws(JSONParseError) {
+    /// An object's members, each handed to `take` in order with its key as `parseKey` reads it
+    /// and its value as `parseValue` reads it.
+    @inline(__always)  // specialized for its readers: through a closure context an event took a quarter longer
+    private mutating func parseMembers<Key, Value>(key parseKey: (inout JSONParser) throws(JSONParseError) -> Key,
+                                                   value parseValue: (inout JSONParser) throws(JSONParseError) -> Value,
+                                                   _ take: (Key, Value) -> Void) throws(JSONParseError) {
         try enterContainer()
         defer { depth -= 1 }
         if consume(UInt8(ascii: "}")) { return }
@@ -168,7 +195,7 @@ public struct JSONParser {
             skipWhitespace()
             guard consume(UInt8(ascii: ":")) else { throw error("expected ':'") }
             skipWhitespace()
-            take(key, try parseValue())
+            take(key, try parseValue(&self))
             skipWhitespace()
             if consume(UInt8(ascii: "}")) { return }
             guard consume(UInt8(ascii: ",")) else { throw error("expected ',' or '}'") }
@@ -201,38 +228,42 @@ public struct JSONParser {
     /// A key's position among `fields`, nil for any other key. A key without escapes (every
     /// key, in practice) is matched as the bytes it is; one with escapes is decoded first.
     mutating func parseFieldIndex(in fields: JSONFieldNames) throws(JSONParseError) -> Int? {
+        let key = try parseStringPlace()
+        guard key.escaped else { return fields.index(of: UnsafeBufferPointer(rebasing: buffer[key.bytes])) }
+        return Array(Self.text(of: key, in: buffer).utf8).withUnsafeBufferPointer { fields.index(of: $0) }
+    }
+
+    /// Where a string's bytes lie, checked as `parseString` checks them, without making it.
+    mutating func parseStringPlace() throws(JSONParseError) -> JSONField.StringPlace {
         let opening = position
-        position += 1
+        if try scanUnescaped() { return JSONField.StringPlace(bytes: (opening + 1)..<(position - 1), escaped: false) }
+        position = opening
+        _ = try parseString()
+        return JSONField.StringPlace(bytes: (opening + 1)..<(position - 1), escaped: true)
+    }
+
+    /// Reads a string from its opening quote while its bytes are its text: true when its closing
+    /// quote came (and was read), false at its first escape, where reading stopped.
+    private mutating func scanUnescaped() throws(JSONParseError) -> Bool {
+        position += 1  // opening quote
         while position < buffer.count {
             let byte = buffer[position]
             if byte == UInt8(ascii: "\"") {
-                let key = UnsafeBufferPointer(rebasing: buffer[(opening + 1)..<position])
                 position += 1
-                return fields.index(of: key)
+                return true
             }
-            if byte == UInt8(ascii: "\\") { break }
+            if byte == UInt8(ascii: "\\") { return false }
             if byte < 0x20 { throw error("control character in string") }
             if byte >= 0x80 { try skipMultibyteScalar() } else { position += 1 }
         }
-        position = opening
-        let key = Array(try parseString().utf8)
-        return key.withUnsafeBufferPointer { fields.index(of: $0) }
+        throw error("unterminated string")
     }
 
     mutating func parseString() throws(JSONParseError) -> String {
-        position += 1  // opening quote
-        let start = position
+        let start = position + 1
         // Fast path: no escapes, so the string is a slice of the input.
-        while position < buffer.count {
-            let byte = buffer[position]
-            if byte == UInt8(ascii: "\"") {
-                let string = String(decoding: UnsafeBufferPointer(rebasing: buffer[start..<position]), as: UTF8.self)
-                position += 1
-                return string
-            }
-            if byte == UInt8(ascii: "\\") { break }
-            if byte < 0x20 { throw error("control character in string") }
-            if byte >= 0x80 { try skipMultibyteScalar() } else { position += 1 }
+        if try scanUnescaped() {
+            return String(decoding: UnsafeBufferPointer(rebasing: buffer[start..<(position - 1)]), as: UTF8.self)
         }
         var bytes = Array(UnsafeBufferPointer(rebasing: buffer[start..<position]))
         while position < buffer.count {

@@ -92,31 +92,48 @@ import Testing
             + #""s":"quote \" backslash \\ newline \n control \u0001 ü","whole":4}"#)
     }
 
+    /// A field as the tests compare it: a string's text made, other kinds by name.
+    private enum Seen: Equatable {
+        case null, number(Double), string(String), other(String)
+    }
+
     /// `parseTopLevel` into slots that start nil: the fields' values, and any top level other
     /// than an object.
     @discardableResult
-    private func topLevel(_ text: String, _ fields: JSONFieldNames) throws -> (values: [JSONValue?], other: JSONValue?) {
-        var values = [JSONValue?](repeating: nil, count: fields.count)
-        let other = try values.withUnsafeMutableBufferPointer { try JSONParser.parseTopLevel(Array(text.utf8), fields: fields, into: $0) }
-        return (values, other)
+    private func topLevel(_ text: String, _ fields: JSONFieldNames) throws -> (values: [Seen?], other: JSONValue?) {
+        let bytes = Array(text.utf8)
+        return try bytes.withUnsafeBufferPointer { bytes in
+            var values = [JSONField?](repeating: nil, count: fields.count)
+            let other = try values.withUnsafeMutableBufferPointer { try JSONParser.parseTopLevel(bytes, fields: fields, into: $0) }
+            let seen = values.map { field -> Seen? in
+                switch field {
+                case nil: nil
+                case .null?: .null
+                case .number(let number)?: .number(number)
+                case .string(let place)?: .string(JSONParser.text(of: place, in: bytes))
+                case let other?: .other(other.typeName)
+                }
+            }
+            return (seen, other)
+        }
     }
 
     /// A record's top level is read for the fields asked for alone, keys matched as bytes: an
-    /// escaped key is the name it spells, the last of a repeated name counts, and any other
-    /// member is still parsed strictly before it is dropped.
+    /// escaped key is the name it spells, an escaped string the text it spells, the last of a
+    /// repeated name counts, and any other member is still parsed strictly before it is dropped.
     @Test func aTopLevelIsReadForTheFieldsAskedFor() throws {
-        let fields = JSONFieldNames(["id", "lat", "ü"])
-        let text = #"{"lat": 1, "other": {"x": [1, "y"]}, "i\u0064": "a", "lat": 2.5, "\u00fc": null, "\u00fcx": 3}"#
+        let fields = JSONFieldNames(["id", "lat", "ü", "kind", "plain"])
+        let text = #"{"lat": 1, "other": {"x": [1, "y"]}, "i\u0064": "a\u0062", "lat": 2.5, "\u00fc": null, "\u00fcx": 3, "kind": [true], "plain": "ü"}"#
         let read = try topLevel(text, fields)
         #expect(read.other == nil)
-        #expect(read.values == [.string("a"), .number(2.5), .null])
+        #expect(read.values == [.string("ab"), .number(2.5), .null, .other("array"), .string("ü")])
         let none = try topLevel("{}", fields)
         #expect(none.other == nil)
-        #expect(none.values == [nil, nil, nil])
+        #expect(none.values == [nil, nil, nil, nil, nil])
         let array = try topLevel("[1]", fields)
         #expect(array.other == .array([.number(1)]), "an array is not read as an object")
-        #expect(array.values == [nil, nil, nil])
-        for malformed in [#"{"other": [1,]}"#, #"{"lat": 1} x"#, "{\"l\u{1}\": 1}", #"{"id": "a"#] {
+        #expect(array.values == [nil, nil, nil, nil, nil])
+        for malformed in [#"{"other": [1,]}"#, #"{"lat": 1} x"#, "{\"l\u{1}\": 1}", #"{"id": "a"#, #"{"id": "a\x"}"#, #"{"kind": tru}"#] {
             #expect(throws: JSONParseError.self, "\(malformed)") {
                 try topLevel(malformed, fields)
             }

@@ -45,6 +45,25 @@ import Testing
         #expect(cleared == (try fix("")))
     }
 
+    /// Strings read as the text they spell: escapes in the id, the time and the sensor are
+    /// decoded (the key is compared with the id decoded), and a time of another type is named.
+    @Test func escapedStringsReadAsTheTextTheySpell() throws {
+        let value = #"{"vehicle_id":"veh\u002d1","lat":1,"lng":2,"recorded_at":"2026-11-22T21:00:00\u002e5Z","sensor":"G\u0050S"}"#
+        let update = try decoder.decode(key: Array("veh-1".utf8), value: Array(value.utf8)).get()
+        #expect(update.vehicle.id == "veh-1")
+        #expect(update.fix.recordedAtMilliseconds == 1_795_381_200_500)
+        #expect(update.fix.sensor == .gps)
+        for (time, type) in [("true", "boolean"), ("[1]", "array"), ("{}", "object")] {
+            let value = #"{"vehicle_id":"v","lat":1,"lng":2,"recorded_at":\#(time)}"#
+            guard case .failure(let rejection) = decoder.decode(key: nil, value: Array(value.utf8)) else {
+                Issue.record("a time of type \(type) accepted")
+                continue
+            }
+            #expect(rejection.reason == .wrongType)
+            #expect(rejection.detail == "recorded_at must be a string or a number, not \(type).")
+        }
+    }
+
     @Test func everyBadSampleIsRejectedWithItsListedReason() throws {
         let samples = try Fixtures.bad
         #expect(samples.count == 28)
