@@ -494,6 +494,34 @@ import Testing
         #expect(core.request()?.update.vehicle.id == "v0", "a lane made after the sweep is found through its new position")
     }
 
+    // MARK: Workers
+
+    /// A worker whose attempt ended asks for its next request in the same event: it takes the
+    /// next ready request when no worker waited before it, and waits its turn otherwise.
+    @Test func aWorkerWhoseAttemptEndedIsServedInTheSameEvent() throws {
+        let alone = Core()
+        alone.consume([alone.fix("a", at: 1, offset: 0)])
+        let first = try #require(alone.request())
+        alone.consume([alone.fix("a", at: 2, offset: 1)])
+        let (served, _) = alone.state.complete(first, Delivery(outcome: .accepted, newestKnownMilliseconds: 1), now: alone.now,
+                                               thenServe: 1)
+        #expect(served.resume.map(\.waiter) == [1])
+        #expect(served.resume.first?.request?.update.lastLocation.recordedAtMilliseconds == 2)
+
+        let core = Core()
+        core.consume([core.fix("a", at: 1, offset: 0), core.fix("b", at: 1, offset: 1)])
+        let a = try #require(core.request())
+        _ = try #require(core.request())
+        core.consume([core.fix("a", at: 2, offset: 2)])
+        #expect(core.request() == nil, "both vehicles are under way: worker 3 waits")
+        let (turn, _) = core.state.complete(a, Delivery(outcome: .accepted, newestKnownMilliseconds: 1), now: core.now, thenServe: 1)
+        #expect(turn.resume.map(\.waiter) == [3], "worker 3 waited first")
+        core.observe(turn)
+        _ = core.takeResumed()
+        core.consume([core.fix("c", at: 1, offset: 3)])
+        #expect(core.resumed.count == 1 && core.resumed[1]??.update.vehicle.id == "c", "worker 1 waited its turn, and took the next vehicle")
+    }
+
     // MARK: Deadlines, not ticks
 
     @Test func aFixForAVehicleWithNothingUnderWayGoesToAWaitingWorkerAtOnce() throws {

@@ -331,9 +331,10 @@ public final class PipelineDriver: Sendable {
     }
 
     /// An attempt ended: the state hears it, and what that changed is carried out and counted.
-    func finish(_ request: CoalescedRequest, _ delivery: Delivery) {
+    /// `next`, the slot that made the attempt, is handed its next request as `requestWork` would.
+    func finish(_ request: CoalescedRequest, _ delivery: Delivery, thenServe next: RequestSlot? = nil) {
         statistics.requestEnded()
-        let (actions, aftermath) = pipeline.handle { $0.complete(request, delivery, now: .now) }
+        let (actions, aftermath) = pipeline.handle { $0.complete(request, delivery, now: .now, thenServe: next.map(PipelineWaiter.slot)) }
         carryOut(actions)
         carryOut(aftermath)
         count(request, delivery, retriesExhausted: aftermath.retriesExhausted)

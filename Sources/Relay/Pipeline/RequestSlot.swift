@@ -110,8 +110,10 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
         guard let request = started.take() else { preconditionFailure("an answer comes only for a request the slot started") }
         switch attempt {
         case .ended(let delivery):
-            driver.finish(request, delivery)
-            takeNext()
+            // One pass through the state's lock: the answer and the ask for the next request.
+            askingForWork = true
+            driver.finish(request, delivery, thenServe: self)
+            askingForWork = false
         case .mintAgain(let delivery):
             handToTask(.attempt(request, afterRefusal: delivery))
         case .resend:
