@@ -142,7 +142,7 @@ private struct EventFields {
     }
 
     func required(_ field: Field) throws(Rejection) -> JSONField {
-        guard let value = self[field], value != .null else {
+        guard let value = self[field], !value.isNull else {
             throw Rejection(reason: .missingField, detail: "Required field \(field.name) is missing.")
         }
         return value
@@ -161,13 +161,13 @@ private struct EventFields {
     }
 
     func optionalNumber(_ field: Field) throws(Rejection) -> Double? {
-        guard let value = self[field], value != .null else { return nil }
+        guard let value = self[field], !value.isNull else { return nil }
         guard case .number(let number) = value else { throw wrongType(field, "a number", value) }
         return number
     }
 
     func optionalString(_ field: Field) throws(Rejection) -> String? {
-        guard let value = self[field], value != .null else { return nil }
+        guard let value = self[field], !value.isNull else { return nil }
         guard case .string(let place) = value else { throw wrongType(field, "a string", value) }
         return JSONParser.text(of: place, in: input)
     }

@@ -1,6 +1,6 @@
 /// A record's top-level field as `JSONParser.parseTopLevel` reads it: a number's value, where a
 /// string lies in the record's bytes (made into text only when asked, by `JSONParser.text`), or
-/// the kind of anything else. It holds no reference: a record's fields are neither allocated
+/// the type of anything else. It holds no reference: a record's fields are neither allocated
 /// nor released one by one.
 public enum JSONField: Sendable, Equatable {
     /// A string's bytes between its quotes, and whether they hold escapes to decode.
@@ -9,22 +9,19 @@ public enum JSONField: Sendable, Equatable {
         public let escaped: Bool
     }
 
-    case null
-    case bool
     case number(Double)
     case string(StringPlace)
-    case array
-    case object
+    /// `null`, a boolean, an array or an object: checked, not kept.
+    case other(JSONType)
 
-    /// A short name of the value's JSON type, for error messages, as `JSONValue.typeName` says it.
+    public var isNull: Bool { self == .other(.null) }
+
+    /// A short name of the value's JSON type, for error messages.
     public var typeName: String {
         switch self {
-        case .null: "null"
-        case .bool: "boolean"
-        case .number: "number"
-        case .string: "string"
-        case .array: "array"
-        case .object: "object"
+        case .number: JSONType.number.rawValue
+        case .string: JSONType.string.rawValue
+        case .other(let type): type.rawValue
         }
     }
 }

@@ -139,18 +139,14 @@ public struct JSONParser {
         }
     }
 
-    /// A value as a record's field: a number read, a string's place, the kind of anything else
+    /// A value as a record's field: a number read, a string's place, the type of anything else
     /// (parsed strictly, then dropped).
     mutating func parseField() throws(JSONParseError) -> JSONField {
         guard position < buffer.count else { throw error("unexpected end of input") }
         switch buffer[position] {
         case UInt8(ascii: "\""): return .string(try parseStringPlace())
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
-        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
-        case UInt8(ascii: "t"), UInt8(ascii: "f"): _ = try parseValue(); return .bool
-        case UInt8(ascii: "["): _ = try parseValue(); return .array
-        case UInt8(ascii: "{"): _ = try parseValue(); return .object
-        default: throw error("unexpected character")
+        default: return .other(try parseValue().type)
         }
     }
 

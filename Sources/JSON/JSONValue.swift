@@ -34,17 +34,25 @@ public enum JSONValue: Sendable, Equatable {
         return nil
     }
 
-    /// A short name of the value's JSON type, for error messages.
-    public var typeName: String {
+    /// The value's JSON type.
+    public var type: JSONType {
         switch self {
-        case .null: "null"
-        case .bool: "boolean"
-        case .number: "number"
-        case .string: "string"
-        case .array: "array"
-        case .object: "object"
+        case .null: .null
+        case .bool: .boolean
+        case .number: .number
+        case .string: .string
+        case .array: .array
+        case .object: .object
         }
     }
+
+    /// A short name of the value's JSON type, for error messages.
+    public var typeName: String { type.rawValue }
+}
+
+/// JSON's types, as error messages name them.
+public enum JSONType: String, Sendable {
+    case null, boolean, number, string, array, object
 }
 
 extension JSONValue {

@@ -108,7 +108,7 @@ import Testing
             let seen = values.map { field -> Seen? in
                 switch field {
                 case nil: nil
-                case .null?: .null
+                case .other(.null)?: .null
                 case .number(let number)?: .number(number)
                 case .string(let place)?: .string(JSONParser.text(of: place, in: bytes))
                 case let other?: .other(other.typeName)
