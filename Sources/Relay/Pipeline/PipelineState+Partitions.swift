@@ -1,7 +1,10 @@
 import Kafka
 
-/// What the partition ledger tells of the partitions, for the revoke and the workers.
+/// What the partition ledger tells of the partitions, for commits, the revoke and the workers.
 extension PipelineState {
+    /// Offsets that advanced since the last commit, by partition.
+    public func offsetsToCommit() -> [TopicPartitionOffset] { ledger.offsetsToCommit() }
+
     /// What finished on partitions being revoked, to commit before the revoke waits for the
     /// work under way: a member dropped from the group while it waits cannot commit any more.
     public func offsetsToCommit(revoking revoked: [TopicPartition]) -> [TopicPartitionOffset] {

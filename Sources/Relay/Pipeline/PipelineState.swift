@@ -174,8 +174,7 @@ public struct PipelineState<Waiter> {
     /// a full-jitter backoff (at least the server's `Retry-After`): the slot is free at once, and
     /// fixes arriving meanwhile join the next try. Past `retryDeadline` the records are
     /// dead-lettered instead. `random` draws the jitter (tests pass a fixed one). `next`, the
-    /// worker that made the attempt, then asks for its next request as `requestWork` would: one
-    /// event instead of two for the worker that carries on.
+    /// worker that made the attempt, then asks for its next request as `requestWork` would.
     public mutating func complete(_ request: CoalescedRequest, _ delivery: Delivery, now: ContinuousClock.Instant,
                                   random: (ClosedRange<Double>) -> Double = { Double.random(in: $0) },
                                   thenServe next: Waiter? = nil) -> (Actions, AttemptAftermath) {
@@ -374,11 +373,6 @@ public struct PipelineState<Waiter> {
         updateHolding(now: now, &actions)
         return (finished(actions), CommitDeadline(order: order, failure: failure))
     }
-
-    // MARK: Commits
-
-    /// Offsets that advanced since the last commit, by partition.
-    public func offsetsToCommit() -> [TopicPartitionOffset] { ledger.offsetsToCommit() }
 
     /// The broker answered a commit (`failure` nil: committed); see `PartitionLedger.commitAnswered`.
     public mutating func commitAnswered(_ order: CommitOrder, failure: String?, now: ContinuousClock.Instant) -> Actions {
