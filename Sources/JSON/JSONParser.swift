@@ -83,13 +83,17 @@ public struct JSONParser {
         return nil
     }
 
-    /// The text of a string `parseTopLevel` found in `bytes`.
+    /// The text of a string `parseTopLevel` found in `bytes` (the same bytes: anything else is a
+    /// programming error).
     public static func text(of string: JSONField.StringPlace, in bytes: UnsafeBufferPointer<UInt8>) -> String {
         guard string.escaped else { return String(decoding: UnsafeBufferPointer(rebasing: bytes[string.bytes]), as: UTF8.self) }
         var parser = JSONParser(buffer: bytes)
         parser.position = string.bytes.lowerBound - 1
-        // Parsed once already: it cannot fail now.
-        return (try? parser.parseString()) ?? ""
+        do {
+            return try parser.parseString()
+        } catch {
+            preconditionFailure("a string the parser read once reads again: \(error)")
+        }
     }
 
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
