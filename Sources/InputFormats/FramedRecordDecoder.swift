@@ -31,6 +31,8 @@ public final class FramedRecordDecoder: RecordDecoder {
     /// 0.5 s doubling up to 30 s.
     public static let backoff: @Sendable (Int) -> Duration = { attempt in .milliseconds(min(30_000, 500 << min(attempt, 6))) }
 
+    public var preparesRecords: Bool { true }
+
     /// Fetches every schema the records name and the cache lacks (see `RecordDecoder.prepare`).
     public func prepare(_ records: [InputRecord], maximumAttempts: Int?,
                         unavailable: (SchemaRegistryUnavailable) -> Void) async throws {

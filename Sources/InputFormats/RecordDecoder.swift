@@ -39,6 +39,9 @@ public enum DecodeOutcome: Sendable, Equatable {
 
 /// Turns records into events. Pure apart from the clock it is given; safe to share.
 public protocol RecordDecoder: Sendable {
+    /// Whether `prepare` has anything to do: records are gathered for it only then.
+    var preparesRecords: Bool { get }
+
     /// Fetches what decoding the records needs from elsewhere (registry schemas), before
     /// `decode` runs on them; waits out an outage, asking again with backoff, until it has it
     /// or `maximumAttempts` failed (then throws the last failure). `unavailable` hears of
@@ -50,6 +53,8 @@ public protocol RecordDecoder: Sendable {
 }
 
 extension RecordDecoder {
+    public var preparesRecords: Bool { false }
+
     /// Decoders that need nothing from elsewhere are always prepared.
     public func prepare(_ records: [InputRecord], maximumAttempts: Int?,
                         unavailable: (SchemaRegistryUnavailable) -> Void) async throws {}

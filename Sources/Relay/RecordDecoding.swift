@@ -33,20 +33,21 @@ public struct RecordDecoding: Sendable {
     /// `waiting` hears when the chunk begins to wait for the registry (its reason) and when it
     /// no longer does (nil), so that the pipeline pauses fetching meanwhile.
     public func decode(_ chunk: consuming [KafkaRecord], waiting: (String?) -> Void) async throws -> [ConsumedRecord] {
-        var inputs = chunk.map(InputRecord.init)
-        try await decoder.prepare(inputs, waiting: waiting, unavailable: noteRegistryUnavailable)
-        // Taken off the ends of the reversed arrays, in their order: each record's topic and
-        // bytes move into its source instead of being copied (retained) there and released
-        // again with the chunk. Its input still holds the bytes apart, for the decoder.
+        if decoder.preparesRecords {
+            try await decoder.prepare(chunk.map(InputRecord.init), waiting: waiting, unavailable: noteRegistryUnavailable)
+        }
+        // Taken off the end of the reversed chunk, in order: each record's topic and bytes move
+        // into its source instead of being copied (retained) there and released again with the
+        // chunk. The decoder's input holds the bytes apart, for as long as the record is decoded.
         var consumed: [ConsumedRecord] = []
         consumed.reserveCapacity(chunk.count)
         chunk.withUnsafeMutableBufferPointer { $0.reverse() }
-        inputs.withUnsafeMutableBufferPointer { $0.reverse() }
-        while let record = chunk.popLast(), let input = inputs.popLast() { consumed.append(decode(record, input)) }
+        while let record = chunk.popLast() { consumed.append(decode(record)) }
         return consumed
     }
 
-    private func decode(_ record: consuming KafkaRecord, _ input: InputRecord) -> ConsumedRecord {
+    private func decode(_ record: consuming KafkaRecord) -> ConsumedRecord {
+        let input = InputRecord(copy record)
         let timestamp = record.timestampMilliseconds
         let source = RecordSource(record)
         if let timeWindow, !timeWindow.contains(timestamp) {
