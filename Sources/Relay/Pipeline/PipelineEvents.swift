@@ -115,6 +115,14 @@ public enum PipelineWork: Sendable {
 public struct PipelineActions<Waiter> {
     /// Workers to resume with their next request (nil: no more work, stop).
     public var resume: [(waiter: Waiter, request: CoalescedRequest?)] = []
+    /// Resumes a worker with its request, the first of at most `count` this event resumes so:
+    /// room for them all is made at once. Grown one append at a time, the requests a chunk of
+    /// records made ready took a reallocation at each doubling, the later ones kilobytes each.
+    mutating func resume(_ waiter: Waiter, with request: CoalescedRequest, ofAtMost count: Int) {
+        if resume.isEmpty { resume.reserveCapacity(count) }
+        resume.append((waiter, request))
+    }
+
     /// Letter writers to resume with their next letter (nil: no more letters, stop).
     public var resumeLetters: [(writer: Waiter, letter: DeadLetterOrder?)] = []
     /// Letters ordered without a dead-letter topic to take them: their records stay unfinished.

@@ -99,9 +99,8 @@ public struct PipelineState<Waiter> {
         var taken = RecordsTakenIn()
         guard !intakeClosed else { return (actions, taken) }
         let registeredAt = Moment(now)
-        // Off the end of the reversed chunk, in order: each record moves into its lane instead
-        // of being copied there (its bytes' references retained) and released with the chunk.
-        // Its source is registered where it lies in the record: taken out first, it would be a copy.
+        // Off the end of the reversed chunk, in order: each record moves into its lane, not copied (retained)
+        // and released with the chunk; its source is registered where it lies (taken out first, a copy).
         records.withUnsafeMutableBufferPointer { $0.reverse() }
         var perPartition = CountsByPartition()
         while let record = records.popLast() {
@@ -266,10 +265,11 @@ public struct PipelineState<Waiter> {
                 }
             }
             pacing.stopWaitingForBudget()
+            let servable = min(waiters.count, vehicles.readyVehicles)
             if var request = takeReadyRequest(now: now, &actions) {
                 request.startedAt = now
                 pacing.spend(requests: request.requestsAtMost, now: now)
-                actions.resume.append((waiters.removeFirst(), request))
+                actions.resume(waiters.removeFirst(), with: request, ofAtMost: servable)
             } else if isDrained {
                 actions.resume += waiters.map { ($0, nil) }
                 waiters = []
