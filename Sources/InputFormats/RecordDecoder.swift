@@ -39,7 +39,8 @@ public enum DecodeOutcome: Sendable, Equatable {
 
 /// Turns records into events. Pure apart from the clock it is given; safe to share.
 public protocol RecordDecoder: Sendable {
-    /// Whether `prepare` has anything to do: records are gathered for it only then.
+    /// Whether `prepare` has anything to do: records are gathered for it only then, so a decoder
+    /// that implements `prepare` says true here (the default is false).
     var preparesRecords: Bool { get }
 
     /// Fetches what decoding the records needs from elsewhere (registry schemas), before

@@ -100,7 +100,7 @@ public struct PipelineState<Waiter> {
         guard !intakeClosed else { return (actions, taken) }
         let registeredAt = Moment(now)
         // Off the end of the reversed chunk, in order: each record moves into its lane, not copied (retained)
-        // and released with the chunk; its source is registered where it lies (taken out first, a copy).
+        // and released with the chunk; its source is registered where it lies (taken out, it would be copied).
         records.withUnsafeMutableBufferPointer { $0.reverse() }
         var perPartition = CountsByPartition()
         while let record = records.popLast() {
