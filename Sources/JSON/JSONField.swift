@@ -16,12 +16,15 @@ public enum JSONField: Sendable, Equatable {
 
     public var isNull: Bool { self == .other(.null) }
 
-    /// A short name of the value's JSON type, for error messages.
-    public var typeName: String {
+    /// The value's JSON type.
+    public var type: JSONType {
         switch self {
-        case .number: JSONType.number.rawValue
-        case .string: JSONType.string.rawValue
-        case .other(let type): type.rawValue
+        case .number: .number
+        case .string: .string
+        case .other(let type): type
         }
     }
+
+    /// A short name of the value's JSON type, for error messages.
+    public var typeName: String { type.rawValue }
 }

@@ -255,6 +255,7 @@ public struct PipelineState<Waiter> {
     }
 
     mutating func serveWaiters(now: ContinuousClock.Instant, _ actions: inout Actions) {
+        let servable = min(waiters.count, vehicles.readyVehicles)
         while !waiters.isEmpty {
             if !intakeClosed {
                 if !pacing.hasRoom(underWay: requestsInFlight) { return }
@@ -265,7 +266,6 @@ public struct PipelineState<Waiter> {
                 }
             }
             pacing.stopWaitingForBudget()
-            let servable = min(waiters.count, vehicles.readyVehicles)
             if var request = takeReadyRequest(now: now, &actions) {
                 request.startedAt = now
                 pacing.spend(requests: request.requestsAtMost, now: now)

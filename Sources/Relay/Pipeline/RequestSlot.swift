@@ -81,8 +81,13 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
 
     /// Asks the pipeline for the next request; it comes through `hand`, at once when one is ready.
     private func takeNext() {
+        whileAskingForWork { driver.pipeline.requestWork(for: self, whenReady: driver.carryOut) }
+    }
+
+    /// A request handed during `ask` starts at once on this loop, not queued behind it.
+    private func whileAskingForWork(_ ask: () -> Void) {
         askingForWork = true
-        driver.pipeline.requestWork(for: self, whenReady: driver.carryOut)
+        ask()
         askingForWork = false
     }
 
@@ -111,9 +116,7 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
         switch attempt {
         case .ended(let delivery):
             // One pass through the state's lock: the answer and the ask for the next request.
-            askingForWork = true
-            driver.finish(request, delivery, thenServe: self)
-            askingForWork = false
+            whileAskingForWork { driver.finish(request, delivery, thenServe: self) }
         case .mintAgain(let delivery):
             handToTask(.attempt(request, afterRefusal: delivery))
         case .resend:
