@@ -297,7 +297,24 @@ extension TransportTests {
             "--retry-initial-ms", String(retryMilliseconds.initial), "--retry-max-ms", String(retryMilliseconds.maximum),
             "--fleet-engine-protocol", wireProtocol.rawValue,
         ])
-        try await harness.waitUntilEverythingIsDelivered(generated, group: group)
+        do {
+            try await harness.waitUntilEverythingIsDelivered(generated, group: group)
+        } catch {
+            // What the relay was doing when it stalled, for a failure that is hard to repeat.
+            let metrics = (try? await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body) ?? ""
+            relay.process.terminate()
+            let stalled = await relay.finish()
+            let progress = metrics.split(separator: "\n").filter { line in
+                !line.hasPrefix("#") && ["in_flight", "retries", "retrying", "resent", "finished", "dead_letters", "oldest_unfinished", "paused"]
+                    .contains { line.contains($0) }
+            }
+            Issue.record("""
+                \(harness.lostEvents(generated.events).count) events never reached the emulator; the relay's progress:
+                \(progress.joined(separator: "\n"))
+                its log's end: \(stalled.stderr.suffix(3000))
+                """)
+            throw error
+        }
         let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
         relay.process.terminate()
         let result = await relay.finish()
