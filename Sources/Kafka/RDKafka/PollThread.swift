@@ -1,3 +1,4 @@
+import CRdKafka
 import Foundation
 import Synchronization
 
@@ -83,13 +84,23 @@ final class PollThread: Sendable {
     private func startThread(_ body: @escaping @Sendable () -> Void) {
         let name = name
         let thread = Thread {
-            // Named from inside: Foundation on Linux does not pass a name set before the start
-            // on to the system thread, which then goes by its creator's (a global executor's).
-            Thread.current.name = name
+            // Named from inside, through pthreads: Foundation on Linux does not pass a name set
+            // before the start on to the system thread, which then goes by its creator's (a global
+            // executor's), and one set from inside through `Thread.current.name` was now and then
+            // lost too (seen once in CI).
+            Self.nameCurrentThread(name)
             body()
             self.markStopped()
         }
         thread.start()
+    }
+
+    private static func nameCurrentThread(_ name: String) {
+        #if os(Linux)
+        _ = pthread_setname_np(pthread_self(), name)
+        #else
+        Thread.current.name = name
+        #endif
     }
 
     private func markStopped() {
