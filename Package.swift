@@ -269,6 +269,7 @@ let package = Package(
             dependencies: [
                 "FleetModel", "FleetEngine", "FleetAuth", "FleetEngineEmulator", "FleetEngineProtos", "JSON", "Egress", "HTTPServing",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],

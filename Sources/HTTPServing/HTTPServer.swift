@@ -138,12 +138,11 @@ public final class HTTPServer: Sendable {
             HTTP2Setting(parameter: .maxHeaderListSize, value: 1 << 16),
         ]
         if let streamWindow { configuration.initialSettings.append(HTTP2Setting(parameter: .initialWindowSize, value: streamWindow)) }
-        if observer != nil {
-            do {
-                try connection.pipeline.syncOperations.addHandler(FramesBeneathHTTP2())
-            } catch {
-                return connection.eventLoop.makeFailedFuture(error)
-            }
+        do {
+            try connection.pipeline.syncOperations.addHandler(FlushCoalescer())
+            if observer != nil { try connection.pipeline.syncOperations.addHandler(FramesBeneathHTTP2()) }
+        } catch {
+            return connection.eventLoop.makeFailedFuture(error)
         }
         return connection.configureHTTP2Pipeline(
             mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()
