@@ -2,11 +2,13 @@ import Foundation
 
 /// The `Retry-After` header: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
 public enum RetryAfter {
-    public static func seconds(from header: String?, now: Date = Date()) -> Double? {
+    /// - Parameter now: the time an HTTP-date is measured from; the clock is read only for one
+    ///   (nearly every answer has no `Retry-After`, and the caller evaluates a default per call).
+    public static func seconds(from header: String?, now: Date? = nil) -> Double? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
         if let seconds = Double(header), seconds.isFinite, seconds >= 0 { return seconds }
         guard let date = httpDateFormatter.date(from: header) else { return nil }
-        return max(0, date.timeIntervalSince(now))
+        return max(0, date.timeIntervalSince(now ?? Date()))
     }
 
     private static var httpDateFormatter: DateFormatter {
