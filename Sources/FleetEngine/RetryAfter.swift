@@ -2,8 +2,9 @@ import Foundation
 
 /// The `Retry-After` header: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
 public enum RetryAfter {
-    /// - Parameter now: the time an HTTP-date is measured from; the clock is read only for one
-    ///   (nearly every answer has no `Retry-After`, and the caller evaluates a default per call).
+    /// - Parameter now: what an HTTP-date is measured from; nil reads the clock, and only for an
+    ///   HTTP-date (nearly every answer has no `Retry-After`; a default argument is evaluated at
+    ///   every call).
     public static func seconds(from header: String?, now: Date? = nil) -> Double? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
         if let seconds = Double(header), seconds.isFinite, seconds >= 0 { return seconds }

@@ -10,7 +10,8 @@ final class FlushCoalescer: ChannelOutboundHandler {
     typealias OutboundOut = IOData
 
     private var pending: ByteBuffer?
-    /// Completed when the pending bytes were written; the writes' own promises follow it.
+    /// The first pending write's promise, completed once the pending bytes were written; the
+    /// later writes' promises follow it.
     private var pendingPromise: EventLoopPromise<Void>?
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
