@@ -71,6 +71,8 @@ public final class FleetEngineClient: Sendable {
     public let configuration: Configuration
     /// The provider as every request's path holds it.
     private let encodedProvider: String
+    /// The headers every gRPC call adds to the relay's own.
+    private let grpcHeaders: [(name: String, value: String)]
     private let transport: Result<Transport, TransportFailure>
     /// Set when the server did not offer `h2` with `--http-version auto`: HTTP/1.1 from then on.
     private let http2Unavailable = Atomic(false)
@@ -84,6 +86,7 @@ public final class FleetEngineClient: Sendable {
     public init(configuration: Configuration) {
         self.configuration = configuration
         self.encodedProvider = URLText.encodeComponent(configuration.provider)
+        self.grpcHeaders = GRPCRequest.headers(timeout: configuration.requestTimeout, provider: configuration.provider)
         self.transport = Self.transport(for: configuration)
     }
 
@@ -266,7 +269,7 @@ public final class FleetEngineClient: Sendable {
 
     private func grpcExchange(_ request: GRPCRequest, token: String) -> EgressRequest {
         EgressRequest(method: "POST", path: request.path, bearerToken: token, contentType: "application/grpc",
-                      otherHeaders: request.otherHeaders(timeout: configuration.requestTimeout), body: request.framedMessage)
+                      otherHeaders: grpcHeaders, body: request.framedMessage)
     }
 
     private func execute(_ request: EgressRequest, resendsOnce: Bool = true) async -> Result<EgressResponse, TransportFailure> {

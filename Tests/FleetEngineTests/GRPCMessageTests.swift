@@ -76,7 +76,8 @@ import Testing
                                            pastLocations: [older])
         let request = GRPCRequest(update: update, provider: "my project", mode: .device)
         #expect(request.path == "/maps.fleetengine.delivery.v1.DeliveryService/UpdateDeliveryVehicle")
-        #expect(request.routingParameters == "provider_id=providers%2Fmy%20project")
+        #expect(GRPCRequest.headers(timeout: .seconds(10), provider: "my project").map { "\($0.name): \($0.value)" }
+                == ["te: trailers", "grpc-timeout: 10000m", "x-goog-request-params: provider_id=providers%2Fmy%20project"])
         var framed = request.framedMessage
         #expect(framed.readInteger(as: UInt8.self) == 0, "not compressed")
         #expect(framed.readInteger(as: UInt32.self).map(Int.init) == framed.readableBytes)
