@@ -97,7 +97,8 @@ final class PollThread: Sendable {
 
     private static func nameCurrentThread(_ name: String) {
         #if os(Linux)
-        _ = pthread_setname_np(pthread_self(), name)
+        // Linux keeps 15 bytes of a thread's name and refuses a longer one whole (ERANGE).
+        _ = pthread_setname_np(pthread_self(), String(decoding: name.utf8.prefix(15), as: UTF8.self))
         #else
         Thread.current.name = name
         #endif
