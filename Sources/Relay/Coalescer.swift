@@ -17,9 +17,9 @@ public struct CoalescedRequest: Sendable {
         let update: VehicleLocationUpdate
         let newest: PendingFix
         let carried: [PendingFix]
-        let partitions: [PartitionGeneration]
+        let partitions: ShortList<PartitionGeneration>
 
-        init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix], partitions: [PartitionGeneration]) {
+        init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix], partitions: ShortList<PartitionGeneration>) {
             self.update = update
             self.newest = newest
             self.carried = carried
@@ -57,7 +57,7 @@ public struct CoalescedRequest: Sendable {
     private var startedAtMoment: Moment?
     /// Set by the state when a partition of the request's records is revoked or reassigned:
     /// the forwarder sends nothing more then.
-    public internal(set) var revocations: [Revocation] = []
+    public internal(set) var revocations = ShortList<Revocation>()
     /// Where the vehicle's lane was when the request was taken: its answer finds the lane
     /// without a hash lookup while no lane was removed meanwhile.
     var lane: VehicleScheduler.LaneHandle?
@@ -68,7 +68,7 @@ public struct CoalescedRequest: Sendable {
     /// Every record the request settles: the newest fix's, then those carried.
     public var sources: Sources { Sources(newest: content.newest, carried: content.carried) }
     /// The partitions (and their assignment generations) whose records the request settles.
-    public var partitions: [PartitionGeneration] { content.partitions }
+    public var partitions: ShortList<PartitionGeneration> { content.partitions }
 
     /// The request's records read through its fixes, not kept apart: a second array of them
     /// retained every record's topic and bytes once more, and released them again.
@@ -92,14 +92,14 @@ public struct CoalescedRequest: Sendable {
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
         // per request. Each source is lent to the scan by index, not copied into a closure.
-        var partitions = [PartitionGeneration(newest.source.topicPartition, newest.source.generation)]
+        var partitions = ShortList(PartitionGeneration(newest.source.topicPartition, newest.source.generation))
         for index in carried.indices where Self.position(of: carried[index].source, in: partitions) == nil {
             partitions.append(PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
         }
         content = Content(update: update, newest: newest, carried: carried, partitions: partitions)
     }
 
-    private static func position(of source: borrowing RecordSource, in partitions: [PartitionGeneration]) -> Int? {
+    private static func position(of source: borrowing RecordSource, in partitions: ShortList<PartitionGeneration>) -> Int? {
         partitions.firstIndex { $0.generation == source.generation && $0.topicPartition == source.topicPartition }
     }
 

@@ -117,7 +117,7 @@ public final class UpdateForwarder: Sendable {
     ///   - resent: `start` sent the update, and the server certainly did not process it (a
     ///     connection going away): the first send here is its one resend.
     public func deliver(_ update: VehicleLocationUpdate, checkLiveLocation: Bool = false,
-                        revocations: [Revocation] = [], afterRefusal refused: Delivery? = nil,
+                        revocations: ShortList<Revocation> = ShortList(), afterRefusal refused: Delivery? = nil,
                         resent: Bool = false) async -> Delivery {
         let stillOwned = { !revocations.contains { $0.isSet } }
         var delivery = refused ?? Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
@@ -190,8 +190,9 @@ public final class UpdateForwarder: Sendable {
     private func answered(_ response: FleetEngineClient.Response, _ update: VehicleLocationUpdate, token: String,
                           startedAt started: ContinuousClock.Instant, reauthenticated: Bool,
                           _ delivery: inout Delivery) -> AnswerStep {
-        delivery.fleetEngineLatency = .now - started
-        statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: .now - started)
+        let took = ContinuousClock.now - started
+        delivery.fleetEngineLatency = took
+        statistics.recordRequest(kind: update.vehicle.kind, status: response.status, duration: took)
         switch response.outcome {
         case .accepted:
             delivery.outcome = .accepted

@@ -54,7 +54,8 @@ import Testing
                      fix(source(1, 0, generation: 2), at: 3), fix(source(0, 2, generation: 1), at: 4),
                      fix(source(1, 1, generation: 2), at: 5)]
         let request = try #require(Coalescer.coalesce(vehicle: vehicle, fixes: fixes, newestAcceptedMilliseconds: nil, pastLimit: 100).request)
-        #expect(request.partitions.count == 3)
+        #expect(Array(request.partitions) == [PartitionGeneration(p1, 2), PartitionGeneration(p0, 2), PartitionGeneration(p0, 1)],
+                "the newest fix's partition first, then the others as their records come")
         let finished = ledger.finish(request)
         #expect(finished)
         #expect(Set(ledger.offsetsToCommit()) == [TopicPartitionOffset(p0, offset: 2), TopicPartitionOffset(p1, offset: 2)])
@@ -289,15 +290,15 @@ import Testing
     @Test func workUnderWayLearnsOfARevokeFromItsFlag() {
         var ledger = PartitionLedger(commitInterval: .seconds(1), maximumPendingRecords: 100, burstRecords: 1_000)
         ledger.assign([p0, p1], generation: 1)
-        let onP0 = ledger.beginWork(on: [PartitionGeneration(p0, 1)])
-        let onP1 = ledger.beginWork(on: [PartitionGeneration(p1, 1)])
+        let onP0 = ledger.beginWork(on: ShortList(PartitionGeneration(p0, 1)))
+        let onP1 = ledger.beginWork(on: ShortList(PartitionGeneration(p1, 1)))
         #expect(onP0.count == 1 && !onP0[0].isSet && !onP1[0].isSet)
         ledger.beginRevoke([p0])
         #expect(onP0[0].isSet, "the revoke began")
         #expect(!onP1[0].isSet, "another partition goes on")
         ledger.assign([p1], generation: 2)
         #expect(onP1[0].isSet, "assigned anew: the earlier generation's work is not ours")
-        let stale = ledger.beginWork(on: [PartitionGeneration(p1, 1)])
+        let stale = ledger.beginWork(on: ShortList(PartitionGeneration(p1, 1)))
         #expect(stale.isEmpty, "no flag for a generation no longer held")
     }
 
@@ -308,12 +309,12 @@ import Testing
         ledger.assign([p0], generation: 1)
         _ = ledger.register(source(0, 0), at: Moment(start))
         _ = ledger.register(source(0, 1), at: Moment(start))
-        ledger.beginWork(on: [PartitionGeneration(p0, 1)])
+        ledger.beginWork(on: ShortList(PartitionGeneration(p0, 1)))
         ledger.beginRevoke([p0])
         #expect(!ledger.owns(source(0, 1)))
         #expect(ledger.workUnderWay(in: [p0]) == 1)
         ledger.finish(source(0, 0))
-        let idle = ledger.endWork(on: [PartitionGeneration(p0, 1)])
+        let idle = ledger.endWork(on: ShortList(PartitionGeneration(p0, 1)))
         #expect(idle, "the last work ended")
         let final = ledger.finishRevoke([p0])
         #expect(final == [TopicPartitionOffset(p0, offset: 1)])
@@ -338,6 +339,24 @@ import Testing
         #expect(other, "another partition goes on")
         #expect(ledger.unfinishedRecords == 2)
         #expect(ledger.offsetsToCommit().isEmpty, "nothing finished")
+    }
+}
+
+/// The list a request keeps its partitions and their revocation flags in.
+@Suite struct ShortListTests {
+    @Test func keepsItsElementsInTheOrderAppended() {
+        var list = ShortList<Int>()
+        #expect(list.isEmpty)
+        #expect(Array(list) == [])
+        list.append(7)
+        #expect(Array(list) == [7])
+        list.append(3)
+        list.append(9)
+        #expect(Array(list) == [7, 3, 9])
+        #expect(list.count == 3)
+        #expect(list[2] == 9)
+        #expect(ShortList(7) == ShortList(7))
+        #expect(list != ShortList(7))
     }
 }
 

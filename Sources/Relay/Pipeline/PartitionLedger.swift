@@ -154,8 +154,8 @@ struct PartitionLedger {
     /// Work that settles records of these partitions began (a request, a dead-letter write);
     /// returns what tells it when their generation ended.
     @discardableResult
-    mutating func beginWork(on sites: [PartitionGeneration]) -> [Revocation] {
-        var revocations: [Revocation] = []
+    mutating func beginWork(on sites: ShortList<PartitionGeneration>) -> ShortList<Revocation> {
+        var revocations = ShortList<Revocation>()
         for site in sites {
             guard let index = current(site.topicPartition, site.generation) else { continue }
             partitions.values[index].workUnderWay += 1
@@ -165,7 +165,7 @@ struct PartitionLedger {
     }
 
     /// Work on these partitions ended; true when some partition has none left (a revoke waiting may go on).
-    mutating func endWork(on sites: [PartitionGeneration]) -> Bool {
+    mutating func endWork(on sites: ShortList<PartitionGeneration>) -> Bool {
         var idle = false
         for site in sites {
             guard let index = current(site.topicPartition, site.generation) else { continue }

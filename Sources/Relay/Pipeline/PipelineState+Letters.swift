@@ -14,7 +14,7 @@ extension PipelineState {
     public mutating func deadLetterWritten(_ source: RecordSource, now: ContinuousClock.Instant) -> Actions {
         var actions = Actions()
         finish(source, now: now, &actions)
-        endWork(on: [PartitionGeneration(source.topicPartition, source.generation)], &actions)
+        endWork(on: ShortList(PartitionGeneration(source.topicPartition, source.generation)), &actions)
         letterEnded(now: now, &actions)
         return finished(actions)
     }
@@ -90,7 +90,7 @@ extension PipelineState {
     /// A letter of a partition revoked or revoking: its work there ends, so that a revoke does
     /// not wait for a topic that refuses letters.
     private mutating func dropLetter(_ order: DeadLetterOrder, now: ContinuousClock.Instant, _ actions: inout Actions) {
-        endWork(on: [PartitionGeneration(order.source.topicPartition, order.source.generation)], &actions)
+        endWork(on: ShortList(PartitionGeneration(order.source.topicPartition, order.source.generation)), &actions)
         letterEnded(now: now, &actions)
     }
 }

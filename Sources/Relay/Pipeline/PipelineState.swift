@@ -305,10 +305,10 @@ public struct PipelineState<Waiter> {
     }
 
     mutating func beginWork(on source: RecordSource) {
-        ledger.beginWork(on: [PartitionGeneration(source.topicPartition, source.generation)])
+        ledger.beginWork(on: ShortList(PartitionGeneration(source.topicPartition, source.generation)))
     }
 
-    mutating func endWork(on sites: [PartitionGeneration], _ actions: inout Actions) {
+    mutating func endWork(on sites: ShortList<PartitionGeneration>, _ actions: inout Actions) {
         if ledger.endWork(on: sites) { actions.workFinished = true }
     }
 
