@@ -151,8 +151,8 @@ public final class FleetEngineClient: Sendable {
     /// - Parameter resent: `start` sent it already, and the server certainly did not process it:
     ///   this is its one resend.
     public func send(_ update: VehicleLocationUpdate, token: String, resent: Bool = false) async -> Response {
-        let (exchange, answer) = updateExchange(update, token: token)
-        return answer(await execute(exchange, resendsOnce: !resent))
+        Self.updateResponse(await execute(updateExchange(update, token: token), resendsOnce: !resent),
+                            over: configuration.wireProtocol)
     }
 
     /// Starts an update at once on a ready HTTP/2 connection of the caller's event loop, where
@@ -164,26 +164,36 @@ public final class FleetEngineClient: Sendable {
                       completion: @escaping (Response?) -> Void) -> EgressCall? {
         guard case .success(let transport) = transport, let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed)
         else { return nil }
-        let (exchange, answer) = updateExchange(update, token: token)
-        return http2.start(exchange) { result in
+        // The answer's closure captures the protocol, not a function reading the answer: one
+        // closure fewer made for every request.
+        let wireProtocol = configuration.wireProtocol
+        return http2.start(updateExchange(update, token: token)) { result in
             switch result {
-            case .success(let response): completion(answer(.success(response)))
+            case .success(let response): completion(Self.updateResponse(.success(response), over: wireProtocol))
             case .failure(let error as ExchangeError) where error.isSafeToRetry: completion(nil)
-            case .failure(let error): completion(answer(.failure(Self.failure(error))))
+            case .failure(let error): completion(Self.updateResponse(.failure(Self.failure(error)), over: wireProtocol))
             }
         }
     }
 
-    /// An update's exchange over the configured protocol, and how its outcome reads as a `Response`.
-    private func updateExchange(_ update: VehicleLocationUpdate, token: String)
-        -> (EgressRequest, (Result<EgressResponse, TransportFailure>) -> Response) {
+    /// An update's exchange over the configured protocol.
+    private func updateExchange(_ update: VehicleLocationUpdate, token: String) -> EgressRequest {
         switch configuration.wireProtocol {
         case .rest:
-            let request = FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode)
-            return (restExchange(request, token: token), Self.restResponse)
+            restExchange(FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode),
+                         token: token)
         case .grpc:
-            let request = GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode)
-            return (grpcExchange(request, token: token), Self.grpcResponse)
+            grpcExchange(GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
+                         token: token)
+        }
+    }
+
+    /// How an update's outcome over `wireProtocol` reads as a `Response`.
+    private static func updateResponse(_ result: Result<EgressResponse, TransportFailure>,
+                                       over wireProtocol: FleetEngineProtocol) -> Response {
+        switch wireProtocol {
+        case .rest: restResponse(result)
+        case .grpc: grpcResponse(result)
         }
     }
 
