@@ -40,6 +40,13 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     /// after the work that made it ready, as a resumed task would.
     private var askingForWork = false
     private let cancellation = CancellationFlag()
+    /// What the pipeline handed the slot from another thread, or from its loop outside an ask.
+    private let mailbox = Mutex<Handed?>(nil)
+
+    private enum Handed {
+        /// The request, or nil: no more will come.
+        case handed(CoalescedRequest?)
+    }
     private let isCancelled: @Sendable () -> Bool
 
     init(loop: any EventLoop, driver: PipelineDriver) {
@@ -67,11 +74,24 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
 
     /// The pipeline hands the slot its next request, or nil: no more will come.
     func hand(_ request: CoalescedRequest?) {
-        if askingForWork, loop.inEventLoop {
+        if loop.inEventLoop, askingForWork {
             run(request)
         } else {
-            loop.execute { self.run(request) }
+            // Left in the mailbox for the loop's next turn: a closure capturing the request
+            // would be allocated for every request handed from elsewhere.
+            mailbox.withLock { mailbox in
+                precondition(mailbox == nil, "a slot is handed one request at a time")
+                mailbox = .handed(request)
+            }
+            loop.execute { self.runHanded() }
         }
+    }
+
+    private func runHanded() {
+        guard case .handed(let request)? = mailbox.withLock({ $0.take() }) else {
+            preconditionFailure("a slot runs only what it was handed")
+        }
+        run(request)
     }
 
     private func waitForWork(_ continuation: UnsafeContinuation<TaskWork, Never>) {
