@@ -23,6 +23,12 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
         case end
     }
 
+    /// What waits in the mailbox.
+    private enum Handed {
+        /// The request, or nil: no more will come.
+        case handed(CoalescedRequest?)
+    }
+
     let loop: any EventLoop
     private let driver: PipelineDriver
     /// The task, waiting while the slot works on its own.
@@ -42,11 +48,6 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     private let cancellation = CancellationFlag()
     /// What the pipeline handed the slot from another thread, or from its loop outside an ask.
     private let mailbox = Mutex<Handed?>(nil)
-
-    private enum Handed {
-        /// The request, or nil: no more will come.
-        case handed(CoalescedRequest?)
-    }
     private let isCancelled: @Sendable () -> Bool
 
     init(loop: any EventLoop, driver: PipelineDriver) {
