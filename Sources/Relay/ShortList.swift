@@ -28,7 +28,3 @@ extension ShortList: RandomAccessCollection {
 }
 
 extension ShortList: Sendable where Element: Sendable {}
-
-extension ShortList: Equatable where Element: Equatable {
-    public static func == (lhs: ShortList, rhs: ShortList) -> Bool { lhs.elementsEqual(rhs) }
-}

@@ -355,8 +355,7 @@ import Testing
         #expect(Array(list) == [7, 3, 9])
         #expect(list.count == 3)
         #expect(list[2] == 9)
-        #expect(ShortList(7) == ShortList(7))
-        #expect(list != ShortList(7))
+        #expect(Array(ShortList(7)) == [7])
     }
 }
 

@@ -97,8 +97,11 @@ final class PollThread: Sendable {
 
     private static func nameCurrentThread(_ name: String) {
         #if os(Linux)
-        // Linux keeps 15 bytes of a thread's name and refuses a longer one whole (ERANGE).
-        _ = pthread_setname_np(pthread_self(), String(decoding: name.utf8.prefix(15), as: UTF8.self))
+        // Linux keeps 15 bytes of a thread's name and refuses a longer one whole (ERANGE). Cut
+        // by characters: bytes cut inside one would decode to a replacement of three bytes.
+        var kept = Substring(name)
+        while kept.utf8.count > 15 { kept.removeLast() }
+        _ = pthread_setname_np(pthread_self(), String(kept))
         #else
         Thread.current.name = name
         #endif
