@@ -93,14 +93,17 @@ public struct CoalescedRequest: Sendable {
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
         // per request. Each source is lent to the scan by index, not copied into a closure.
         var partitions = ShortList(PartitionGeneration(newest.source.topicPartition, newest.source.generation))
-        for index in carried.indices where Self.position(of: carried[index].source, in: partitions) == nil {
-            partitions.append(PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
+        for index in carried.indices {
+            let site = PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation)
+            if Self.position(of: site, in: partitions) == nil { partitions.append(site) }
         }
         content = Content(update: update, newest: newest, carried: carried, partitions: partitions)
     }
 
-    private static func position(of source: borrowing RecordSource, in partitions: ShortList<PartitionGeneration>) -> Int? {
-        partitions.firstIndex { $0.generation == source.generation && $0.topicPartition == source.topicPartition }
+    /// Compared by partition and generation alone: a lent source compared whole was copied first,
+    /// its record's bytes and key retained and released again (a fortieth of a drain's CPU).
+    private static func position(of site: PartitionGeneration, in partitions: ShortList<PartitionGeneration>) -> Int? {
+        partitions.firstIndex(of: site)
     }
 
     /// Each record's offset, in order, with its partition's position in `partitions`: all the
@@ -113,7 +116,8 @@ public struct CoalescedRequest: Sendable {
         body(0, content.newest.source.offset)  // the newest fix's partition comes first
         for index in carried.indices {
             // One partition nearly always: no comparison needed then.
-            let partition = partitions.count == 1 ? 0 : Self.position(of: carried[index].source, in: partitions)
+            let partition = partitions.count == 1 ? 0
+                : Self.position(of: PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation), in: partitions)
             guard let partition else { preconditionFailure("a request's partitions hold every one of its records' partitions") }
             body(partition, carried[index].source.offset)
         }
