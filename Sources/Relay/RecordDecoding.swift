@@ -46,15 +46,19 @@ public struct RecordDecoding: Sendable {
         return consumed
     }
 
+    /// The record's bytes move into the decoder's input and from there into the source: a copy
+    /// for each retained the key, the value and the headers on the poll thread's fresh memory,
+    /// and released them again after decoding.
     private func decode(_ record: consuming KafkaRecord) -> ConsumedRecord {
-        let input = InputRecord(copy record)
-        let timestamp = record.timestampMilliseconds
-        let source = RecordSource(record)
-        if let timeWindow, !timeWindow.contains(timestamp) {
+        let site = RecordSite(topicPartition: record.topicPartition, offset: record.offset, generation: record.assignmentGeneration)
+        let input = InputRecord(consume record)
+        if let timeWindow, !timeWindow.contains(input.timestampMilliseconds) {
             counts.outsideWindow.add(1, ordering: .relaxed)
-            return .skipped(source)
+            return .skipped(RecordSource(site, input))
         }
-        switch decoder.decode(input) {
+        let outcome = decoder.decode(input)
+        let source = RecordSource(site, input)
+        switch outcome {
         case .update(let update): return .fix(PendingFix(update: update, source: source))
         case .rejected(let rejection): return noteBad(source, rejection)
         case .skipped(let rule): return noteSkipped(source, rule: rule)

@@ -23,6 +23,16 @@ public struct RecordSource: Sendable {
         self.value = record.value
     }
 
+    /// The source of a record at `site`, taking its key and value from what the decoder read.
+    init(_ site: RecordSite, _ input: consuming InputRecord) {
+        self.topicPartition = site.topicPartition
+        self.keyIsVehicleId = false
+        self.offset = site.offset
+        self.generation = site.generation
+        self.storedKey = input.key
+        self.value = input.value
+    }
+
     private init(keyAsVehicleIdOf source: RecordSource) {
         self.topicPartition = source.topicPartition
         self.keyIsVehicleId = true
@@ -48,6 +58,13 @@ public struct RecordSource: Sendable {
 
     /// `topic/partition/offset`, the dead-letter `fleet-relay-source` header.
     public var description: String { "\(topicPartition.topic)/\(topicPartition.partition)/\(offset)" }
+}
+
+/// Where a record was read: its partition, offset and assignment generation.
+struct RecordSite {
+    let topicPartition: TopicPartition
+    let offset: Int64
+    let generation: UInt64
 }
 
 /// A decoded fix on its way to Fleet Engine, with its origin.

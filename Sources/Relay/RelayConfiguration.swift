@@ -75,7 +75,7 @@ extension RelayConfiguration {
 }
 
 extension InputRecord {
-    public init(_ record: KafkaRecord) {
+    public init(_ record: consuming KafkaRecord) {
         self.init(key: record.key, value: record.value,
                   headers: record.headers.map { Header(name: $0.name, value: $0.value) },
                   timestampMilliseconds: record.timestampMilliseconds)
