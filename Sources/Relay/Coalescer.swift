@@ -91,7 +91,7 @@ public struct CoalescedRequest: Sendable {
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
-        // per request. Each source is lent to the scan by index, not copied into a closure.
+        // per request. Only each record's partition and generation are read, never its source whole.
         var partitions = ShortList(PartitionGeneration(newest.source.topicPartition, newest.source.generation))
         for index in carried.indices {
             let site = PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation)
