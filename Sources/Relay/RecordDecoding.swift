@@ -50,7 +50,7 @@ public struct RecordDecoding: Sendable {
     /// for each retained the key, the value and the headers on the poll thread's fresh memory,
     /// and released them again after decoding.
     private func decode(_ record: consuming KafkaRecord) -> ConsumedRecord {
-        let site = RecordSite(topicPartition: record.topicPartition, offset: record.offset, generation: record.assignmentGeneration)
+        let site = RecordSite(record)
         let input = InputRecord(consume record)
         if let timeWindow, !timeWindow.contains(input.timestampMilliseconds) {
             counts.outsideWindow.add(1, ordering: .relaxed)

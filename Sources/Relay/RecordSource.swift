@@ -15,22 +15,21 @@ public struct RecordSource: Sendable {
     public let value: [UInt8]
 
     public init(_ record: consuming KafkaRecord) {
-        self.topicPartition = record.topicPartition
-        self.keyIsVehicleId = false
-        self.offset = record.offset
-        self.generation = record.assignmentGeneration
-        self.storedKey = record.key
-        self.value = record.value
+        self.init(RecordSite(record), key: record.key, value: record.value)
     }
 
     /// The source of a record at `site`, taking its key and value from what the decoder read.
     init(_ site: RecordSite, _ input: consuming InputRecord) {
+        self.init(site, key: input.key, value: input.value)
+    }
+
+    private init(_ site: RecordSite, key: [UInt8]?, value: [UInt8]) {
         self.topicPartition = site.topicPartition
         self.keyIsVehicleId = false
         self.offset = site.offset
         self.generation = site.generation
-        self.storedKey = input.key
-        self.value = input.value
+        self.storedKey = key
+        self.value = value
     }
 
     private init(keyAsVehicleIdOf source: RecordSource) {
@@ -65,6 +64,12 @@ struct RecordSite {
     let topicPartition: TopicPartition
     let offset: Int64
     let generation: UInt64
+
+    init(_ record: borrowing KafkaRecord) {
+        topicPartition = record.topicPartition
+        offset = record.offset
+        generation = record.assignmentGeneration
+    }
 }
 
 /// A decoded fix on its way to Fleet Engine, with its origin.
