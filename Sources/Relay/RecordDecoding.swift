@@ -46,9 +46,9 @@ public struct RecordDecoding: Sendable {
         return consumed
     }
 
-    /// The record's bytes move into the decoder's input and from there into the source: a copy
-    /// for each retained the key, the value and the headers on the poll thread's fresh memory,
-    /// and released them again after decoding.
+    /// The record's bytes move into the decoder's input and from there into the source. Copying
+    /// the record for each retained its key, value and headers (memory the poll thread had just
+    /// written) and released them again after decoding.
     private func decode(_ record: consuming KafkaRecord) -> ConsumedRecord {
         let site = RecordSite(record)
         let input = InputRecord(consume record)
