@@ -31,6 +31,16 @@ extension IntegrationTests {
         let status: Int32
         let stdout: String
         let stderr: String
+
+        /// The end of the process's log, led by the start of its crash report when it crashed:
+        /// the report lists every thread's frames, so a plain tail of the log loses the message
+        /// and the crashing thread.
+        func stderrExcerpt(_ limit: Int) -> String {
+            guard let crash = stderr.range(of: "Fatal error") ?? stderr.range(of: "Program crashed") else {
+                return String(stderr.suffix(limit))
+            }
+            return String(stderr[crash.lowerBound...].prefix(limit)) + "\n…\n" + String(stderr.suffix(limit / 2))
+        }
     }
 
     final class RunningProcess: @unchecked Sendable {

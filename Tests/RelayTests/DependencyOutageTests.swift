@@ -81,7 +81,7 @@ import Testing
         try await eventually("/readyz answers 200 again") { try await httpGet("http://127.0.0.1:\(metricsPort)/readyz").status == 200 }
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "\(result.stderrExcerpt(2000))")
         #expect(harness.backwardsUpdates == 0)
     }
 

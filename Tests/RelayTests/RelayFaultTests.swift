@@ -342,7 +342,7 @@ extension IntegrationTests.RelayFaultTests {
         relay.process.terminate()
         let result = await relay.finish()
         let shutdownTime = ContinuousClock.now - signalled
-        #expect(result.status == 0, "stderr: \(result.stderr.suffix(1500))")
+        #expect(result.status == 0, "stderr: \(result.stderrExcerpt(1500))")
         // Bounded by the 10 s shutdown timeout; leaving the group adds a little, more on a loaded machine.
         #expect(shutdownTime < .seconds(10) * 3, "stopped within the shutdown timeout (plus leaving the group)")
 

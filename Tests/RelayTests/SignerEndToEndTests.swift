@@ -92,7 +92,7 @@ extension IntegrationTests {
         }
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "stderr: \(result.stderrExcerpt(2000))")
         #expect(harness.backwardsUpdates == 0)
         #expect(harness.emulator.statistics.responsesByStatus[401] == nil && harness.emulator.statistics.responsesByStatus[403] == nil)
         switch setup {
@@ -275,7 +275,7 @@ extension IntegrationTests.RelayFaultTests {
         try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: first.events + second.events), group: "refused-token")
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "stderr: \(result.stderrExcerpt(2000))")
         #expect(harness.emulator.statistics.updateResponsesByStatus[401] == 5, "each cached token refused once, then never sent again")
         #expect(peers.tokenService.statistics.tokensIssued == 10, "one token, then a new one after the 401")
         #expect(peers.tokenService.statistics.issuedPerVehicle.values.allSatisfy { $0 == 2 },
@@ -317,7 +317,7 @@ extension IntegrationTests.RelayFaultTests {
         try await harness.waitUntilEverythingIsDelivered(GeneratedEvents(events: waiting.events + flowing.events), group: "signer-outage")
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "stderr: \(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "stderr: \(result.stderrExcerpt(2000))")
         await peers.server.shutdown()
         await harness.shutdown()
     }

@@ -220,7 +220,7 @@ extension TransportTests {
         try await harness.waitUntilEverythingIsDelivered(generated, group: "by-name")
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "\(result.stderrExcerpt(2000))")
         let names = harness.emulator.serverNames.requested
         #expect(!names.isEmpty && names.allSatisfy { $0 == "localhost" }, "every connection asked for localhost: \(names)")
         harness.expectServed(over: wireProtocol)
@@ -311,14 +311,14 @@ extension TransportTests {
             Issue.record("""
                 \(harness.lostEvents(generated.events).count) events never reached the emulator; the relay's progress:
                 \(progress.joined(separator: "\n"))
-                its log's end: \(stalled.stderr.suffix(3000))
+                its log's end: \(stalled.stderrExcerpt(3000))
                 """)
             throw error
         }
         let metrics = try await httpGet("http://127.0.0.1:\(metricsPort)/metrics").body
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "\(result.stderrExcerpt(2000))")
         return metrics
     }
 
@@ -457,7 +457,7 @@ extension TransportTests {
         let readinessNow = (try? await httpGet("http://127.0.0.1:\(metricsPort)/readyz").body) ?? ""
         relay.process.terminate()
         let result = await relay.finish()
-        #expect(result.status == 0, "\(result.stderr.suffix(2000))")
+        #expect(result.status == 0, "\(result.stderrExcerpt(2000))")
         #expect(!metrics.isEmpty)
         for (name, text) in [("log", relay.log + result.stderr), ("output", result.stdout), ("metrics", metrics), ("readiness", readinessNow)] {
             #expect(!text.contains(Self.proxySentinel), "the proxy password is in the \(name)")
