@@ -91,19 +91,14 @@ public struct CoalescedRequest: Sendable {
 
     init(update: VehicleLocationUpdate, newest: PendingFix, carried: [PendingFix]) {
         // Almost always one partition (events are keyed by vehicle): a scan beats building a set
-        // per request. Only each record's partition and generation are read, never its source whole.
+        // per request. Only each record's partition and generation are compared: a source compared
+        // whole was copied first, its key and bytes retained and released (a fortieth of a drain's CPU).
         var partitions = ShortList(PartitionGeneration(newest.source.topicPartition, newest.source.generation))
         for index in carried.indices {
             let site = PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation)
-            if Self.position(of: site, in: partitions) == nil { partitions.append(site) }
+            if !partitions.contains(site) { partitions.append(site) }
         }
         content = Content(update: update, newest: newest, carried: carried, partitions: partitions)
-    }
-
-    /// Compared by partition and generation alone: a lent source compared whole was copied first,
-    /// its record's bytes and key retained and released again (a fortieth of a drain's CPU).
-    private static func position(of site: PartitionGeneration, in partitions: ShortList<PartitionGeneration>) -> Int? {
-        partitions.firstIndex(of: site)
     }
 
     /// Each record's offset, in order, with its partition's position in `partitions`: all the
@@ -117,7 +112,7 @@ public struct CoalescedRequest: Sendable {
         for index in carried.indices {
             // One partition nearly always: no comparison needed then.
             let partition = partitions.count == 1 ? 0
-                : Self.position(of: PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation), in: partitions)
+                : partitions.firstIndex(of: PartitionGeneration(carried[index].source.topicPartition, carried[index].source.generation))
             guard let partition else { preconditionFailure("a request's partitions hold every one of its records' partitions") }
             body(partition, carried[index].source.offset)
         }
