@@ -28,9 +28,9 @@ public struct HTTP1Client: Sendable {
     /// The answer read whole (at most `Exchange.maximumBodyBytes`), or why there is none.
     /// The request timeout covers sending and the whole answer.
     public func execute(_ request: EgressRequest) async throws -> EgressResponse {
-        var outgoing = HTTPClientRequest(url: origin + request.path)
+        var outgoing = HTTPClientRequest(url: origin + request.path.text)
         outgoing.method = HTTPMethod(rawValue: request.method)
-        if let authorization = request.authorization ?? request.bearerToken.map({ "Bearer " + $0 }) {
+        if let authorization = request.authorization ?? request.bearerToken.map({ "Bearer " + $0.text }) {
             outgoing.headers.add(name: "authorization", value: authorization)
         }
         if let contentType = request.contentType { outgoing.headers.add(name: "content-type", value: contentType) }

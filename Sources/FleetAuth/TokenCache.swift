@@ -160,7 +160,7 @@ public final class TokenCache: Sendable {
             case .hit(let token, let refresh):
                 hitsCounted.increment()
                 if let refresh { orderRefresh.yield(refresh) }
-                return token.text
+                return token.text.text
             case .fail(let error):
                 throw error
             case .wait:
@@ -180,8 +180,9 @@ public final class TokenCache: Sendable {
 
     /// The vehicle's token when one is ready to hand out, without waiting: nil when it would
     /// have to be minted or waited for (`token(for:)` then), or its last mint failed. A hit is
-    /// counted and may order the token's refresh, as through `token(for:)`.
-    public func readyToken(for vehicle: VehicleIdentity) -> String? {
+    /// counted and may order the token's refresh, as through `token(for:)`. The text is written
+    /// out where it is sent.
+    public func readyToken(for vehicle: VehicleIdentity) -> TokenText? {
         let key = cacheKey(vehicle)
         let now = clock()
         let found = state.withLock { state -> (StoredToken, RefreshOrder?)? in
@@ -243,7 +244,7 @@ public final class TokenCache: Sendable {
     public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
         var waiters = state.withLock { state -> WaitingCallers<VehicleToken> in
-            guard case .ready(let token) = state.slots[key]?.entry, token.text == refused else { return WaitingCallers() }
+            guard case .ready(let token) = state.slots[key]?.entry, token.text.text == refused else { return WaitingCallers() }
             return Self.removeSlot(key, from: &state)
         }
         waiters.resumeAll(.lookAgain)

@@ -1,4 +1,5 @@
 import Egress
+import FleetAuth
 import FleetModel
 import Foundation
 import Logging
@@ -69,8 +70,8 @@ public final class FleetEngineClient: Sendable {
     }
 
     public let configuration: Configuration
-    /// The provider as every request's path holds it.
-    private let encodedProvider: String
+    /// The provider's vehicle collections, where every request's path starts.
+    private let collectionPaths: VehicleCollectionPaths
     /// The headers every gRPC call adds to the relay's own.
     private let grpcHeaders: [(name: String, value: String)]
     private let transport: Result<Transport, TransportFailure>
@@ -85,7 +86,7 @@ public final class FleetEngineClient: Sendable {
 
     public init(configuration: Configuration) {
         self.configuration = configuration
-        self.encodedProvider = URLText.encodeComponent(configuration.provider)
+        self.collectionPaths = VehicleCollectionPaths(provider: configuration.provider)
         self.grpcHeaders = GRPCRequest.headers(timeout: configuration.requestTimeout, provider: configuration.provider)
         self.transport = Self.transport(for: configuration)
     }
@@ -160,7 +161,7 @@ public final class FleetEngineClient: Sendable {
     /// process it (a connection going away): `send` it then, as `resent`. Returns nil without
     /// starting when no such connection is ready (being opened, HTTP/1.1, only other loops'
     /// free): `send` it.
-    public func start(_ update: VehicleLocationUpdate, token: String,
+    public func start(_ update: VehicleLocationUpdate, token: some BearerToken,
                       completion: @escaping (Response?) -> Void) -> EgressCall? {
         guard case .success(let transport) = transport, let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed)
         else { return nil }
@@ -177,10 +178,10 @@ public final class FleetEngineClient: Sendable {
     }
 
     /// An update's exchange over the configured protocol.
-    private func updateExchange(_ update: VehicleLocationUpdate, token: String) -> EgressRequest {
+    private func updateExchange(_ update: VehicleLocationUpdate, token: some BearerToken) -> EgressRequest {
         switch configuration.wireProtocol {
         case .rest:
-            restExchange(FleetEngineRequest(update: update, encodedProvider: encodedProvider, mode: configuration.locationMode),
+            restExchange(FleetEngineRequest(update: update, collections: collectionPaths, mode: configuration.locationMode),
                          token: token)
         case .grpc:
             grpcExchange(GRPCRequest(update: update, provider: configuration.provider, mode: configuration.locationMode),
@@ -201,8 +202,8 @@ public final class FleetEngineClient: Sendable {
         Self.restResponse(await execute(restExchange(request, token: token)))
     }
 
-    private func restExchange(_ request: FleetEngineRequest, token: String) -> EgressRequest {
-        EgressRequest(method: request.method, path: request.pathAndQuery, bearerToken: token,
+    private func restExchange(_ request: FleetEngineRequest, token: some BearerToken) -> EgressRequest {
+        EgressRequest(method: request.method, path: request.path, bearerToken: token,
                       contentType: "application/json", body: request.bodyBuffer)
     }
 
@@ -246,8 +247,7 @@ public final class FleetEngineClient: Sendable {
     }
 
     private func fetchVehicleOverREST(_ vehicle: VehicleIdentity, token: String) async -> VehicleFetch {
-        let exchange = EgressRequest(method: "GET", path: FleetEngineRequest.vehiclePath(encodedProvider: encodedProvider, vehicle: vehicle),
-                                     bearerToken: token)
+        let exchange = EgressRequest(method: "GET", path: collectionPaths.path(of: vehicle), bearerToken: token)
         switch await execute(exchange) {
         case .success(let response):
             let body = String(buffer: response.body)
@@ -277,7 +277,7 @@ public final class FleetEngineClient: Sendable {
         }
     }
 
-    private func grpcExchange(_ request: GRPCRequest, token: String) -> EgressRequest {
+    private func grpcExchange(_ request: GRPCRequest, token: some BearerToken) -> EgressRequest {
         EgressRequest(method: "POST", path: request.path, bearerToken: token, contentType: "application/grpc",
                       otherHeaders: grpcHeaders, body: request.framedMessage)
     }
@@ -319,6 +319,9 @@ public final class FleetEngineClient: Sendable {
         return String(text.prefix(200))
     }
 }
+
+/// The token cache hands out a token's text kept compactly: the request writes it in place.
+extension TokenText: BearerToken {}
 
 extension TimeAmount {
     init(_ duration: Duration) {

@@ -27,39 +27,48 @@ public struct VehicleLocationUpdate: Sendable {
 /// The HTTP request for an update, independent of any HTTP client.
 public struct FleetEngineRequest: Sendable {
     public let method: String
+    /// Path and query in parts: the provider's vehicle collection, the vehicle, the update mask.
+    public let path: RequestPath
     /// Path and query, e.g. `/v1/providers/p/vehicles/v1?updateMask=last_location`.
-    public let pathAndQuery: String
+    public var pathAndQuery: String { path.text }
     /// The JSON body, ready to send.
     public let bodyBuffer: ByteBuffer
     public var body: String { String(buffer: bodyBuffer) }
 
     public init(update: VehicleLocationUpdate, provider: String, mode: LocationMode) {
-        self.init(update: update, encodedProvider: URLText.encodeComponent(provider), mode: mode)
+        self.init(update: update, collections: VehicleCollectionPaths(provider: provider), mode: mode)
     }
 
-    /// - Parameter encodedProvider: the provider percent-encoded, as a client keeps it for every request.
-    init(update: VehicleLocationUpdate, encodedProvider: String, mode: LocationMode) {
-        let mask = update.pastLocations.isEmpty ? "?updateMask=last_location" : "?updateMask=last_location,past_locations"
+    /// - Parameter collections: the provider's collection paths, as a client keeps them for every request.
+    init(update: VehicleLocationUpdate, collections: VehicleCollectionPaths, mode: LocationMode) {
+        let mask: StaticString = update.pastLocations.isEmpty ? "?updateMask=last_location" : "?updateMask=last_location,past_locations"
         self.method = update.vehicle.kind == .vehicle ? "PUT" : "PATCH"
-        self.pathAndQuery = Self.vehiclePath(encodedProvider: encodedProvider, vehicle: update.vehicle, query: mask)
+        self.path = collections.path(of: update.vehicle, query: mask)
         self.bodyBuffer = LocationBody.buffer(of: update, mode: mode)
     }
 
     /// `/v1/providers/{provider}/vehicles/{id}` or `…/deliveryVehicles/{id}`, each segment percent-encoded.
     public static func vehiclePath(provider: String, vehicle: VehicleIdentity) -> String {
-        vehiclePath(encodedProvider: URLText.encodeComponent(provider), vehicle: vehicle)
+        VehicleCollectionPaths(provider: provider).path(of: vehicle).text
+    }
+}
+
+/// A provider's two vehicle collections, `/v1/providers/{provider}/vehicles/` and
+/// `…/deliveryVehicles/`, the provider percent-encoded: made once per client, the start of
+/// every update's path.
+struct VehicleCollectionPaths: Sendable {
+    private let vehicles: String
+    private let deliveryVehicles: String
+
+    init(provider: String) {
+        let encodedProvider = URLText.encodeComponent(provider)
+        vehicles = "/v1/providers/" + encodedProvider + "/vehicles/"
+        deliveryVehicles = "/v1/providers/" + encodedProvider + "/deliveryVehicles/"
     }
 
-    /// The path, and `query` after it, in one string: made for every request.
-    static func vehiclePath(encodedProvider: String, vehicle: VehicleIdentity, query: String = "") -> String {
-        let collection = vehicle.kind == .vehicle ? "/vehicles/" : "/deliveryVehicles/"
-        let id = URLText.encodeComponent(vehicle.id)
-        var path = "/v1/providers/"
-        path.reserveCapacity(path.utf8.count + encodedProvider.utf8.count + collection.utf8.count + id.utf8.count + query.utf8.count)
-        path += encodedProvider
-        path += collection
-        path += id
-        path += query
-        return path
+    /// The vehicle's path, each segment percent-encoded, and `query` after it.
+    func path(of vehicle: VehicleIdentity, query: StaticString = "") -> RequestPath {
+        RequestPath(start: vehicle.kind == .vehicle ? vehicles : deliveryVehicles, middle: URLText.encodeComponent(vehicle.id),
+                    end: query)
     }
 }

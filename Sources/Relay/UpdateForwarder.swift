@@ -187,7 +187,7 @@ public final class UpdateForwarder: Sendable {
     }
 
     /// What Fleet Engine's answer to an update means for the attempt, written into `delivery`.
-    private func answered(_ response: FleetEngineClient.Response, _ update: VehicleLocationUpdate, token: String,
+    private func answered(_ response: FleetEngineClient.Response, _ update: VehicleLocationUpdate, token: some BearerToken,
                           startedAt started: ContinuousClock.Instant, reauthenticated: Bool,
                           _ delivery: inout Delivery) -> AnswerStep {
         let took = ContinuousClock.now - started
@@ -204,7 +204,7 @@ public final class UpdateForwarder: Sendable {
                 delivery.outcome = .rejected(refusal, detail: Self.detail(response))
                 return .ended
             }
-            tokens.invalidate(update.vehicle, refused: token)
+            tokens.invalidate(update.vehicle, refused: token.text)
             statistics.recordRetry(cause: .refusedToken(refusal))
             return .mintAgain
         case .rejected(let refusal):

@@ -10,12 +10,26 @@ import Testing
         let second = try await signer.mint(for: VehicleIdentity(kind: .deliveryVehicle, id: "veh-2"))
         let storedFirst = StoredToken(first, sharing: nil)
         let storedSecond = StoredToken(second, sharing: storedFirst.shared)
-        #expect(storedFirst.text == first.token)
-        #expect(storedSecond.text == second.token)
+        #expect(storedFirst.text.text == first.token)
+        #expect(storedSecond.text.text == second.token)
         #expect(storedSecond.expiresAt == second.expiresAt)
         let shared = try #require(storedFirst.shared)
         #expect(storedSecond.shared === shared, "issuer, subject and audience are kept once")
         #expect(shared.header == String(first.token.prefix { $0 != "." }))
+    }
+
+    /// What a request's header block gets: the issued text, written in place, exactly
+    /// `utf8Count` bytes of it (the bytes after it untouched), for a JWT and an opaque token.
+    @Test func aTokenWritesItsIssuedTextInPlace() async throws {
+        let issued = try await LocalKeySigner(key: TestKeys.key).mint(for: VehicleIdentity(kind: .vehicle, id: "veh-1"))
+        for token in [issued.token, "opaque-token-from-a-token-service"] {
+            let text = StoredToken(VehicleToken(token: token, expiresAt: 60), sharing: nil).text
+            #expect(text.utf8Count == token.utf8.count)
+            var memory = [UInt8](repeating: 0xEE, count: text.utf8Count + 8)
+            memory.withUnsafeMutableBytes { text.write(into: $0) }
+            #expect(String(decoding: memory.prefix(text.utf8Count), as: UTF8.self) == token)
+            #expect(memory.suffix(8).allSatisfy { $0 == 0xEE })
+        }
     }
 
     /// A token of another signer, or with little in common, starts a shared part of its own.
@@ -24,7 +38,7 @@ import Testing
         let storedFirst = StoredToken(first, sharing: nil)
         let other = "e30.eyJ4IjoxfQ.c2ln"  // {} . {"x":1} . "sig"
         let storedOther = StoredToken(VehicleToken(token: other, expiresAt: 60), sharing: storedFirst.shared)
-        #expect(storedOther.text == other)
+        #expect(storedOther.text.text == other)
         let otherShared = try #require(storedOther.shared, "kept decoded")
         #expect(otherShared !== storedFirst.shared)
     }
@@ -41,7 +55,7 @@ import Testing
     func anythingElseIsKeptAsItCame(token: String) {
         let stored = StoredToken(VehicleToken(token: token, expiresAt: 60),
                                  sharing: SharedTokenPart(header: "e30", payloadStart: Array("{}".utf8)))
-        #expect(stored.text == token)
+        #expect(stored.text.text == token)
     }
 
     @Test func encodingIntoABufferMatchesTheEncoder() {

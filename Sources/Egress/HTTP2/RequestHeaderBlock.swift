@@ -23,11 +23,11 @@ enum RequestHeaderBlock {
         }
         writeIndexed(Static.schemeHTTPS, into: &block)
         writeLiteral(nameIndex: Static.authority, value: authority, into: &block)
-        writeLiteral(nameIndex: Static.path, value: request.path, into: &block)
+        writeLiteral(nameIndex: Static.path, path: request.path, into: &block)
         if let authorization = request.authorization {
             writeLiteral(nameIndex: Static.authorization, value: authorization, neverIndexed: true, into: &block)
         } else if let token = request.bearerToken {
-            writeLiteral(nameIndex: Static.authorization, valueStart: "Bearer ", value: token, neverIndexed: true, into: &block)
+            writeLiteral(nameIndex: Static.authorization, valueStart: "Bearer ", token: token, into: &block)
         }
         if let contentType = request.contentType { writeLiteral(nameIndex: Static.contentType, value: contentType, into: &block) }
         for header in request.otherHeaders { writeLiteral(name: header.name, value: header.value, into: &block) }
@@ -49,6 +49,28 @@ enum RequestHeaderBlock {
         writeInteger(valueStart.utf8CodeUnitCount + value.utf8.count, prefixBits: 7, pattern: 0x00, into: &block)
         block.writeStaticString(valueStart)
         block.writeString(value)
+    }
+
+    /// A literal without indexing of the path, its parts written one after the other (§6.2.2).
+    private static func writeLiteral(nameIndex: Int, path: RequestPath, into block: inout ByteBuffer) {
+        writeInteger(nameIndex, prefixBits: 4, pattern: 0x00, into: &block)
+        writeInteger(path.utf8Count, prefixBits: 7, pattern: 0x00, into: &block)
+        block.writeString(path.start)
+        block.writeString(path.middle)
+        block.writeStaticString(path.end)
+    }
+
+    /// A never-indexed literal of the authorization field: `valueStart`, then the token's text
+    /// written in place (§6.2.3).
+    private static func writeLiteral(nameIndex: Int, valueStart: StaticString, token: any BearerToken, into block: inout ByteBuffer) {
+        let count = token.utf8Count
+        writeInteger(nameIndex, prefixBits: 4, pattern: 0x10, into: &block)
+        writeInteger(valueStart.utf8CodeUnitCount + count, prefixBits: 7, pattern: 0x00, into: &block)
+        block.writeStaticString(valueStart)
+        block.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { output in
+            token.write(into: output)
+            return count
+        }
     }
 
     /// A literal without indexing with a literal name (§6.2.2); names are lower case already.

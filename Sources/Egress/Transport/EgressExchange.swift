@@ -4,21 +4,26 @@ import NIOHTTP2
 /// One request as the relay sends it: small, complete, and authorized per request.
 public struct EgressRequest: Sendable {
     public var method: String
-    /// Path and query.
-    public var path: String
+    public var path: RequestPath
     /// The whole `Authorization` value. Over HTTP/2 it is sent never-indexed, so a
     /// token is never kept in the connection's header compression tables.
     public var authorization: String?
     /// A token sent as `Authorization: Bearer <token>`, instead of `authorization`: the scheme
     /// and the token (about a kilobyte) are written one after the other, never joined in memory.
-    public var bearerToken: String?
+    public var bearerToken: (any BearerToken)?
     public var contentType: String?
     /// Further headers, in order: gRPC's `te`, `grpc-timeout` and routing parameters.
     public var otherHeaders: [(name: String, value: String)]
     public var body: ByteBuffer?
 
-    public init(method: String, path: String, authorization: String? = nil, bearerToken: String? = nil, contentType: String? = nil,
+    public init(method: String, path: String, authorization: String? = nil, bearerToken: (any BearerToken)? = nil, contentType: String? = nil,
                 otherHeaders: [(name: String, value: String)] = [], body: ByteBuffer? = nil) {
+        self.init(method: method, path: RequestPath(path), authorization: authorization, bearerToken: bearerToken,
+                  contentType: contentType, otherHeaders: otherHeaders, body: body)
+    }
+
+    public init(method: String, path: RequestPath, authorization: String? = nil, bearerToken: (any BearerToken)? = nil,
+                contentType: String? = nil, otherHeaders: [(name: String, value: String)] = [], body: ByteBuffer? = nil) {
         self.method = method
         self.path = path
         self.authorization = authorization
@@ -27,6 +32,60 @@ public struct EgressRequest: Sendable {
         self.otherHeaders = otherHeaders
         self.body = body
     }
+}
+
+/// A request's path and query in up to three parts, written one after the other where they are
+/// sent: a client's fixed start, a name, a fixed end (a Fleet Engine update's provider path, its
+/// vehicle and its update mask). Joined first, they cost every request a string.
+public struct RequestPath: Sendable {
+    public var start: String
+    public var middle: String
+    public var end: StaticString
+
+    public init(_ path: String) {
+        self.init(start: path, middle: "", end: "")
+    }
+
+    public init(start: String, middle: String, end: StaticString) {
+        self.start = start
+        self.middle = middle
+        self.end = end
+    }
+
+    /// The length of the whole in bytes.
+    public var utf8Count: Int { start.utf8.count + middle.utf8.count + end.utf8CodeUnitCount }
+
+    /// The parts joined.
+    public var text: String {
+        var text = start
+        text.reserveCapacity(utf8Count)
+        text += middle
+        text += end.description
+        return text
+    }
+}
+
+/// A bearer token's text, written where it is sent. A token kept compactly (a JWT kept decoded
+/// from base64url) writes its text straight into the request's header block: made a `String`
+/// first, it cost every request an allocation of about a kilobyte and a copy of it.
+public protocol BearerToken: Sendable {
+    /// The length of the token's text in bytes.
+    var utf8Count: Int { get }
+    /// Writes the text to the start of `output`, which holds at least `utf8Count` bytes.
+    func write(into output: UnsafeMutableRawBufferPointer)
+    /// The text, for an HTTP client that takes header values as strings.
+    var text: String { get }
+}
+
+extension String: BearerToken {
+    public var utf8Count: Int { utf8.count }
+
+    public func write(into output: UnsafeMutableRawBufferPointer) {
+        var text = self  // `withUTF8` may make the text contiguous, so it takes a `var`
+        text.withUTF8 { output.copyMemory(from: UnsafeRawBufferPointer($0)) }
+    }
+
+    public var text: String { self }
 }
 
 /// What came back: the status, the headers and trailers the relay reads, and the body.
