@@ -157,23 +157,23 @@ public final class FleetEngineClient: Sendable {
     }
 
     /// Starts an update at once on a ready HTTP/2 connection of the caller's event loop, where
-    /// `completion` then runs with the answer, or with nil when the server certainly did not
-    /// process it (a connection going away): `send` it then, as `resent`. Returns nil without
+    /// `receiver` then hears the answer; `startedUpdateResponse` reads it. Returns nil without
     /// starting when no such connection is ready (being opened, HTTP/1.1, only other loops'
     /// free): `send` it.
     public func start(_ update: VehicleLocationUpdate, token: some BearerToken,
-                      completion: @escaping (Response?) -> Void) -> EgressCall? {
+                      answerTo receiver: some EgressAnswerReceiver) -> EgressCall? {
         guard case .success(let transport) = transport, let http2 = transport.http2, !http2Unavailable.load(ordering: .relaxed)
         else { return nil }
-        // The answer's closure captures the protocol, not a function reading the answer: one
-        // closure fewer made for every request.
-        let wireProtocol = configuration.wireProtocol
-        return http2.start(updateExchange(update, token: token)) { result in
-            switch result {
-            case .success(let response): completion(Self.updateResponse(.success(response), over: wireProtocol))
-            case .failure(let error as ExchangeError) where error.isSafeToRetry: completion(nil)
-            case .failure(let error): completion(Self.updateResponse(.failure(Self.failure(error)), over: wireProtocol))
-            }
+        return http2.start(updateExchange(update, token: token), answerTo: receiver)
+    }
+
+    /// The answer to an update `start` started, or nil when the server certainly did not
+    /// process it (a connection going away): `send` it then, as `resent`.
+    public func startedUpdateResponse(_ result: Result<EgressResponse, any Error>) -> Response? {
+        switch result {
+        case .success(let response): Self.updateResponse(.success(response), over: configuration.wireProtocol)
+        case .failure(let error as ExchangeError) where error.isSafeToRetry: nil
+        case .failure(let error): Self.updateResponse(.failure(Self.failure(error)), over: configuration.wireProtocol)
         }
     }
 

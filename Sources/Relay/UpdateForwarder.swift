@@ -157,25 +157,37 @@ public final class UpdateForwarder: Sendable {
         case resend
     }
 
+    /// An attempt `start` began: what its answer is read with, kept by the receiver until then.
+    public struct StartedCall: Sendable {
+        /// The request under way, to cancel from the caller's event loop.
+        public let call: EgressCall
+        fileprivate let token: TokenText
+        fileprivate let startedAt: ContinuousClock.Instant
+    }
+
     /// Begins the attempt at once when it needs no waiting: the vehicle's token ready in the
     /// cache, no live location to read, a ready HTTP/2 connection on the caller's event loop.
-    /// `completion` then runs there with how it ended; `isCancelled` says whether shutdown
-    /// ended it meanwhile (the delivery says `.abandoned` then). Returns nil without sending
+    /// `receiver` then hears the answer there, for `ended` to read. Returns nil without sending
     /// when the attempt needs waiting: `deliver` it.
-    public func start(_ update: VehicleLocationUpdate, isCancelled: @escaping () -> Bool,
-                      completion: @escaping (StartedAttempt) -> Void) -> EgressCall? {
+    public func start(_ update: VehicleLocationUpdate, answerTo receiver: some EgressAnswerReceiver) -> StartedCall? {
         guard let token = tokens.readyToken(for: update.vehicle) else { return nil }
         health.recordSignerSuccess()
-        let started = ContinuousClock.now
-        return client.start(update, token: token) { [self] response in
-            guard let response else { return completion(.resend) }
-            var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
-            delivery.countRequest(answered: response.status != 0)
-            if isCancelled() { return completion(.ended(delivery)) }
-            switch answered(response, update, token: token, startedAt: started, reauthenticated: false, &delivery) {
-            case .ended: completion(.ended(delivery))
-            case .mintAgain: completion(.mintAgain(delivery))
-            }
+        let startedAt = ContinuousClock.now
+        guard let call = client.start(update, token: token, answerTo: receiver) else { return nil }
+        return StartedCall(call: call, token: token, startedAt: startedAt)
+    }
+
+    /// How the attempt `start` began for `update` ended, from the answer its receiver heard;
+    /// `cancelled`: shutdown ended it meanwhile (the delivery says `.abandoned` then).
+    public func ended(_ result: Result<EgressResponse, any Error>, of update: VehicleLocationUpdate, _ started: StartedCall,
+                      cancelled: Bool) -> StartedAttempt {
+        guard let response = client.startedUpdateResponse(result) else { return .resend }
+        var delivery = Delivery(outcome: .abandoned, newestKnownMilliseconds: nil, liveChecked: false)
+        delivery.countRequest(answered: response.status != 0)
+        if cancelled { return .ended(delivery) }
+        switch answered(response, update, token: started.token, startedAt: started.startedAt, reauthenticated: false, &delivery) {
+        case .ended: return .ended(delivery)
+        case .mintAgain: return .mintAgain(delivery)
         }
     }
 

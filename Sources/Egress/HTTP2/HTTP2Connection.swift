@@ -41,10 +41,10 @@ final class HTTP2Connection: Sendable {
         }
     }
 
-    /// Starts `request` from this connection's event loop; `completion` runs there, once.
-    func start(_ request: EgressRequest, completion: @escaping (Result<EgressResponse, any Error>) -> Void) -> Exchange {
+    /// Starts `request` from this connection's event loop; `completion` is resumed there, once.
+    func start(_ request: EgressRequest, completion: Exchange.Completion) -> Exchange {
         let exchange = Exchange(request)
-        handler.value.start(exchange, completion: .callback(completion))
+        handler.value.start(exchange, completion: completion)
         return exchange
     }
 

@@ -79,23 +79,26 @@ public final class HTTP2ConnectionPool: Sendable {
     }
 
     /// Starts `request` at once on a ready connection of the caller's event loop, where
-    /// `completion` then runs, once; nil when there is none (a connection to open or wait for,
-    /// or only other loops' free): the caller awaits `execute` instead. An exchange the server
+    /// `receiver` then hears its end, once; nil when there is none (a connection to open or wait
+    /// for, or only other loops' free): the caller awaits `execute` instead. An exchange the server
     /// certainly did not process ends in an `ExchangeError` that `isSafeToRetry`: counted here as
     /// a resend, for the caller to send again through `execute(_:resendsOnce: false)`.
-    public func start(_ request: EgressRequest,
-                      completion: @escaping (Result<EgressResponse, any Error>) -> Void) -> EgressCall? {
+    public func start(_ request: EgressRequest, answerTo receiver: some EgressAnswerReceiver) -> EgressCall? {
         let (slot, leased) = lease()
         guard case .send(let connection) = leased, connection.isLocal else {
             state.withLock { $0.released(slot: slot) }
             return nil
         }
-        let exchange = connection.start(request) { [self] result in
-            state.withLock { $0.released(slot: slot) }
-            if case .failure(let error as ExchangeError) = result, error.isSafeToRetry { resends[error.resendReason]?.increment() }
-            completion(result)
-        }
+        let exchange = connection.start(request, completion: .pooled(.init(pool: self, slot: slot, receiver: receiver)))
         return EgressCall(connection: connection, exchange: exchange)
+    }
+
+    /// A request `start` started ended: its slot is free again before its receiver hears it,
+    /// which may start the next request at once.
+    func ended(slot: Int, with result: Result<EgressResponse, any Error>, answering receiver: any EgressAnswerReceiver) {
+        state.withLock { $0.released(slot: slot) }
+        if case .failure(let error as ExchangeError) = result, error.isSafeToRetry { resends[error.resendReason]?.increment() }
+        receiver.received(result)
     }
 
     private func executeOnce(_ request: EgressRequest) async throws -> EgressResponse {

@@ -63,21 +63,37 @@ final class Exchange: @unchecked Sendable {
     }
 }
 
-/// How the caller of an exchange hears its end, once: a task suspended for it, or a callback
-/// run on the connection's event loop (a caller there that starts its next request from the
-/// answer, without a task resumed in between).
+/// How the caller of an exchange hears its end, once: a task suspended for it, or a receiver
+/// on the connection's event loop (a caller there that starts its next request from the
+/// answer, without a task resumed in between), through the pool that lent it the connection.
 enum ExchangeCompletion {
     case task(UnsafeContinuation<EgressResponse, any Error>)
-    case callback((Result<EgressResponse, any Error>) -> Void)
+    case pooled(PooledCompletion)
 
     func resume(returning response: EgressResponse) { resume(with: .success(response)) }
 
     func resume(throwing error: any Error) { resume(with: .failure(error)) }
 
+    /// A request `HTTP2ConnectionPool.start` started: the pool's slot it holds and who hears the
+    /// answer. Kept in the exchange, it costs a request no closure of its own.
+    struct PooledCompletion {
+        let pool: HTTP2ConnectionPool
+        let slot: Int
+        let receiver: any EgressAnswerReceiver
+    }
+
     func resume(with result: Result<EgressResponse, any Error>) {
         switch self {
         case .task(let continuation): continuation.resume(with: result)
-        case .callback(let callback): callback(result)
+        case .pooled(let pooled): pooled.pool.ended(slot: pooled.slot, with: result, answering: pooled.receiver)
         }
     }
+}
+
+/// Hears the end of a request `HTTP2ConnectionPool.start` started, on the connection's event
+/// loop, once: the answer, or why there is none. A long-lived receiver (a worker with one
+/// request under way at a time) keeps what it needs of the request itself, so that starting a
+/// request allocates no closure to carry it to the answer.
+public protocol EgressAnswerReceiver: AnyObject, Sendable {
+    func received(_ result: Result<EgressResponse, any Error>)
 }

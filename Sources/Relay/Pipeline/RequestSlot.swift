@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// Threading: `hand` and the task's cancellation may come from any thread; everything else
 /// runs on `loop`.
-public final class RequestSlot: @unchecked Sendable {  // its mutable state is touched on `loop` only
+public final class RequestSlot: EgressAnswerReceiver, @unchecked Sendable {  // its mutable state is touched on `loop` only
     /// What the slot hands its task.
     enum TaskWork {
         /// A request to attempt through `UpdateForwarder.deliver`: `afterRefusal` is the attempt so
@@ -33,10 +33,11 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     private let driver: PipelineDriver
     /// The task, waiting while the slot works on its own.
     private var task: UnsafeContinuation<TaskWork, Never>?
-    /// The request under way, to cancel at shutdown.
-    private var call: EgressCall?
-    /// The request the slot started, kept here until its answer rather than captured by the
-    /// answer's closure, which would copy it (each of its references retained) per request.
+    /// The request under way, to cancel at shutdown, and what its answer is read with.
+    private var call: UpdateForwarder.StartedCall?
+    /// The request the slot started. It and `call` are kept here until the answer, which the
+    /// slot itself receives: a closure carrying them to it would be allocated for every request
+    /// (one at each layer it passes), and would copy the request (each of its references retained).
     private var started: CoalescedRequest?
     /// Set while a request starts: an answer that comes at once (a connection that just
     /// closed) is taken in the loop's next turn, so that failing requests do not nest.
@@ -48,12 +49,10 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     private let cancellation = CancellationFlag()
     /// What the pipeline handed the slot from another thread, or from its loop outside an ask.
     private let mailbox = Mutex<Handed?>(nil)
-    private let isCancelled: @Sendable () -> Bool
 
     init(loop: any EventLoop, driver: PipelineDriver) {
         self.loop = loop
         self.driver = driver
-        self.isCancelled = { [cancellation] in cancellation.isSet }
     }
 
     /// Suspends the calling task, which runs on `loop`, until the slot hands it work; meanwhile
@@ -119,18 +118,21 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
         starting = true
         let update = request.update
         started = consume request
-        call = driver.forwarder.start(update, isCancelled: isCancelled) { [self] attempt in
-            if starting {
-                loop.execute { self.ended(attempt) }
-            } else {
-                ended(attempt)
-            }
-        }
+        call = driver.forwarder.start(update, answerTo: self)
         starting = false
         if call == nil, let unstarted = started.take() { handToTask(.attempt(unstarted)) }
     }
 
-    /// The answer to the request the slot started.
+    /// The answer to the request the slot started, on `loop`. One that comes at once (a
+    /// connection that just closed) is taken in the loop's next turn, once `run` has kept the
+    /// call, and so that failing requests do not nest.
+    public func received(_ result: Result<EgressResponse, any Error>) {
+        guard !starting else { return loop.execute { self.received(result) } }
+        guard let call, let update = started?.update else { preconditionFailure("an answer comes only for a request the slot started") }
+        ended(driver.forwarder.ended(result, of: update, call, cancelled: cancellation.isSet))
+    }
+
+    /// How the request the slot started ended.
     private func ended(_ attempt: UpdateForwarder.StartedAttempt) {
         call = nil
         guard let request = started.take() else { preconditionFailure("an answer comes only for a request the slot started") }
@@ -154,7 +156,7 @@ public final class RequestSlot: @unchecked Sendable {  // its mutable state is t
     /// Shutdown ran out of time: the request under way ends, abandoned, and no more start here.
     private func cancel() {
         cancellation.set()
-        loop.execute { self.call?.cancel() }
+        loop.execute { self.call?.call.cancel() }
     }
 }
 
