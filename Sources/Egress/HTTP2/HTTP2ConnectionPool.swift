@@ -126,24 +126,26 @@ public final class HTTP2ConnectionPool: Sendable {
         }
     }
 
-    /// The state machine's slot for one request, and the connection to send on or to wait for;
-    /// a connect it asks for starts here, under the lock, so that the requests after this one
-    /// wait for it too.
+    /// The state machine's slot for one request, and the connection to send on or to wait for.
+    /// A connect it asks for is registered under the lock, as a promise, so that the requests
+    /// after this one wait for it too; the connect itself starts after the lock, which guards
+    /// the state machine alone: NIO's bootstrap, on the caller's own loop, runs channel setup
+    /// at once, and no code of another library runs while the pool's lock is held.
     private func lease() -> (slot: Int, StateMachine.LeaseAction) {
         let callerLoop = eventLoops.firstIndex { $0.inEventLoop }
-        let (lease, started) = state.withLock { machine -> (StateMachine.Lease, EventLoopFuture<HTTP2Connection>?) in
+        let (lease, connecting) = state.withLock { machine -> (StateMachine.Lease, (loop: Int, EventLoopPromise<HTTP2Connection>)?) in
             let lease = machine.lease(callerLoop: callerLoop)
             guard case .connect(let loop) = lease.action else { return (lease, nil) }
-            let future = HTTP2Connection.connect(to: origin, on: eventLoops[loop])
-            machine.startedConnecting(future, inSlot: lease.slot)
-            return (lease, future)
+            let promise = eventLoops[loop].makePromise(of: HTTP2Connection.self)
+            machine.startedConnecting(promise.futureResult, inSlot: lease.slot)
+            return (lease, (loop, promise))
         }
-        guard let started else { return (lease.slot, lease.action) }
-        // Registered outside the lock: a future already completed calls back at once.
-        let slot = lease.slot
+        guard let (loop, promise) = connecting else { return (lease.slot, lease.action) }
+        let (slot, started) = (lease.slot, promise.futureResult)
         started.whenComplete { [self] result in
             state.withLock { $0.finishedConnecting(started, inSlot: slot, with: try? result.get()) }
         }
+        HTTP2Connection.connect(to: origin, on: eventLoops[loop]).cascade(to: promise)
         return (slot, .awaitConnecting(started))
     }
 }
