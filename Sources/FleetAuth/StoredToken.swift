@@ -14,22 +14,20 @@ final class SharedTokenPart: Sendable {
 /// A vehicle token as `TokenCache` keeps it, one per active vehicle: its text, kept compactly
 /// (`TokenText`), and its expiry.
 struct StoredToken {
-    /// A shorter common start is not worth a reference: the token starts a part of its own.
-    static let minimumSharedCount = 16
-
-    let text: TokenText
+    /// The issued token's text.
+    let issued: TokenText
     /// Expiry in seconds since the epoch.
     let expiresAt: Int64
 
     /// - Parameter sharing: the part of the token stored before; used when this one has enough in common with it.
     init(_ token: VehicleToken, sharing previous: SharedTokenPart?) {
         expiresAt = token.expiresAt
-        text = TokenText(token.token, sharing: previous)
-        assert(text.text == token.token, "a JWT's parts decoded exactly encode back to its text")
+        issued = TokenText(token.token, sharing: previous)
+        assert(issued.text == token.token, "a JWT's parts decoded exactly encode back to its text")
     }
 
     /// The part this token shares, for the next token to share.
-    var shared: SharedTokenPart? { text.shared }
+    var shared: SharedTokenPart? { issued.shared }
 }
 
 /// A token's text as `TokenCache` keeps it. A JWT is kept decoded from base64url (three
@@ -49,6 +47,9 @@ public struct TokenText: Sendable {
 
     private let form: Form
 
+    /// A shorter common start is not worth a reference: the token starts a part of its own.
+    static let minimumSharedCount = 16
+
     init(_ token: String, sharing previous: SharedTokenPart?) {
         var issued = token  // `withUTF8` may make the text contiguous, so it takes a `var`
         guard let (header, payload, signature) = issued.withUTF8(Self.parts) else {
@@ -57,7 +58,7 @@ public struct TokenText: Sendable {
         }
         let (shared, sharedCount): (SharedTokenPart, Int)
         if let previous, previous.header == header,
-           case let common = Self.commonStartCount(previous.payloadStart, payload), common >= StoredToken.minimumSharedCount {
+           case let common = Self.commonStartCount(previous.payloadStart, payload), common >= Self.minimumSharedCount {
             (shared, sharedCount) = (previous, common)
         } else {
             (shared, sharedCount) = (SharedTokenPart(header: header, payloadStart: payload), payload.count)

@@ -160,7 +160,7 @@ public final class TokenCache: Sendable {
             case .hit(let token, let refresh):
                 hitsCounted.increment()
                 if let refresh { orderRefresh.yield(refresh) }
-                return token.text.text
+                return token.issued.text
             case .fail(let error):
                 throw error
             case .wait:
@@ -196,7 +196,7 @@ public final class TokenCache: Sendable {
         guard let (token, refresh) = found else { return nil }
         hitsCounted.increment()
         if let refresh { orderRefresh.yield(refresh) }
-        return token.text
+        return token.issued
     }
 
     /// One lookup, under the lock: what the caller does next. A slot this caller is to mint is
@@ -244,7 +244,7 @@ public final class TokenCache: Sendable {
     public func invalidate(_ vehicle: VehicleIdentity, refused: String) {
         let key = cacheKey(vehicle)
         var waiters = state.withLock { state -> WaitingCallers<VehicleToken> in
-            guard case .ready(let token) = state.slots[key]?.entry, token.text.text == refused else { return WaitingCallers() }
+            guard case .ready(let token) = state.slots[key]?.entry, token.issued.text == refused else { return WaitingCallers() }
             return Self.removeSlot(key, from: &state)
         }
         waiters.resumeAll(.lookAgain)

@@ -10,8 +10,8 @@ import Testing
         let second = try await signer.mint(for: VehicleIdentity(kind: .deliveryVehicle, id: "veh-2"))
         let storedFirst = StoredToken(first, sharing: nil)
         let storedSecond = StoredToken(second, sharing: storedFirst.shared)
-        #expect(storedFirst.text.text == first.token)
-        #expect(storedSecond.text.text == second.token)
+        #expect(storedFirst.issued.text == first.token)
+        #expect(storedSecond.issued.text == second.token)
         #expect(storedSecond.expiresAt == second.expiresAt)
         let shared = try #require(storedFirst.shared)
         #expect(storedSecond.shared === shared, "issuer, subject and audience are kept once")
@@ -23,7 +23,7 @@ import Testing
     @Test func aTokenWritesItsIssuedTextInPlace() async throws {
         let issued = try await LocalKeySigner(key: TestKeys.key).mint(for: VehicleIdentity(kind: .vehicle, id: "veh-1"))
         for token in [issued.token, "opaque-token-from-a-token-service"] {
-            let text = StoredToken(VehicleToken(token: token, expiresAt: 60), sharing: nil).text
+            let text = StoredToken(VehicleToken(token: token, expiresAt: 60), sharing: nil).issued
             #expect(text.utf8Count == token.utf8.count)
             var memory = [UInt8](repeating: 0xEE, count: text.utf8Count + 8)
             memory.withUnsafeMutableBytes { text.write(into: $0) }
@@ -38,7 +38,7 @@ import Testing
         let storedFirst = StoredToken(first, sharing: nil)
         let other = "e30.eyJ4IjoxfQ.c2ln"  // {} . {"x":1} . "sig"
         let storedOther = StoredToken(VehicleToken(token: other, expiresAt: 60), sharing: storedFirst.shared)
-        #expect(storedOther.text.text == other)
+        #expect(storedOther.issued.text == other)
         let otherShared = try #require(storedOther.shared, "kept decoded")
         #expect(otherShared !== storedFirst.shared)
     }
@@ -55,7 +55,7 @@ import Testing
     func anythingElseIsKeptAsItCame(token: String) {
         let stored = StoredToken(VehicleToken(token: token, expiresAt: 60),
                                  sharing: SharedTokenPart(header: "e30", payloadStart: Array("{}".utf8)))
-        #expect(stored.text.text == token)
+        #expect(stored.issued.text == token)
     }
 
     @Test func encodingIntoABufferMatchesTheEncoder() {

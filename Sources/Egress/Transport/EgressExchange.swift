@@ -4,6 +4,7 @@ import NIOHTTP2
 /// One request as the relay sends it: small, complete, and authorized per request.
 public struct EgressRequest: Sendable {
     public var method: String
+    /// Path and query.
     public var path: RequestPath
     /// The whole `Authorization` value. Over HTTP/2 it is sent never-indexed, so a
     /// token is never kept in the connection's header compression tables.
