@@ -159,10 +159,15 @@ public final class UpdateForwarder: Sendable {
 
     /// An attempt `start` began: what its answer is read with, kept by the receiver until then.
     public struct StartedCall: Sendable {
-        /// The request under way, to cancel from the caller's event loop.
-        public let call: EgressCall
+        fileprivate let call: EgressCall
         fileprivate let token: TokenText
         fileprivate let startedAt: ContinuousClock.Instant
+
+        /// Ends the request under way, from the caller's event loop: its receiver hears a
+        /// `CancellationError` (unless it ended already).
+        public func cancel() {
+            call.cancel()
+        }
     }
 
     /// Begins the attempt at once when it needs no waiting: the vehicle's token ready in the

@@ -70,10 +70,6 @@ enum ExchangeCompletion {
     case task(UnsafeContinuation<EgressResponse, any Error>)
     case pooled(PooledCompletion)
 
-    func resume(returning response: EgressResponse) { resume(with: .success(response)) }
-
-    func resume(throwing error: any Error) { resume(with: .failure(error)) }
-
     /// A request `HTTP2ConnectionPool.start` started: the pool's slot it holds and who hears the
     /// answer. Kept in the exchange, it costs a request no closure of its own.
     struct PooledCompletion {
@@ -81,6 +77,10 @@ enum ExchangeCompletion {
         let slot: Int
         let receiver: any EgressAnswerReceiver
     }
+
+    func resume(returning response: EgressResponse) { resume(with: .success(response)) }
+
+    func resume(throwing error: any Error) { resume(with: .failure(error)) }
 
     func resume(with result: Result<EgressResponse, any Error>) {
         switch self {

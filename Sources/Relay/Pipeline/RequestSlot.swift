@@ -156,7 +156,7 @@ public final class RequestSlot: EgressAnswerReceiver, @unchecked Sendable {  // 
     /// Shutdown ran out of time: the request under way ends, abandoned, and no more start here.
     private func cancel() {
         cancellation.set()
-        loop.execute { self.call?.call.cancel() }
+        loop.execute { self.call?.cancel() }
     }
 }
 
